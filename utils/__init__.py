@@ -1,0 +1,1 @@
+"""Helpers shared by the course notebooks: data, models, launching workers, checks."""
