@@ -1,0 +1,34 @@
+# Distributed training with TensorFlow, Horovod and Amazon SageMaker
+#   make lab    create/update the environment (.venv) and open the course in JupyterLab
+#   make test   create/update the environment, run the unit tests and execute every notebook
+# Options: PYTHON=/path/to/python3.11   TF_PACKAGE='tensorflow[and-cuda]' (GPU machines)
+SHELL := /bin/bash
+VENV := .venv
+export PYTHON
+export TF_PACKAGE
+# The kernelspec registered inside .venv comes first, whatever other kernels the machine has.
+export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
+
+.PHONY: lab test env horovod unit notebooks clean-env
+
+env:
+	@bash scripts/setup_env.sh
+
+lab: env
+	$(VENV)/bin/jupyter lab --notebook-dir=$(CURDIR) notebooks/00_start_here.ipynb
+
+test: env
+	@bash scripts/run_tests.sh all
+
+unit: env
+	@bash scripts/run_tests.sh unit
+
+notebooks: env
+	@bash scripts/run_tests.sh notebooks
+
+# Rebuild or re-check Horovod alone (uses the cached wheel when there is one).
+horovod: env
+	@bash scripts/build_horovod.sh $(VENV)/bin/python
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Builds Horovod with Gloo for the course's TensorFlow, installs it into the given Python
+# environment, and proves it with a 2-rank allreduce.
+#
+#   bash scripts/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
+#
+# Horovod's last release (0.28.1) is published only as source and does not compile against
+# TensorFlow 2.21 as shipped: horovod/tensorflow/xla_mpi_ops.cc includes XLA headers that the
+# TensorFlow wheel no longer has. Those XLA custom-call ops are optional and off by default, so the
+# build turns that file's top-level guard off and compiles everything else unchanged.
+#
+# The built wheel is kept in a cache outside the repository, keyed by Horovod, TensorFlow and
+# Python versions and the platform, so a second environment installs it in seconds:
+#   ${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/distributed-training-course}/wheels
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+PY="${1:-python}"
+
+say() { printf '[horovod] %s\n' "$*"; }
+die() { printf '[horovod] ERROR: %s\n' "$*" >&2; exit 1; }
+
+version="$(sed -n 's/^#build: horovod==\([0-9.]*\).*/\1/p' "$repo/requirements.txt")"
+[ -n "$version" ] || die "requirements.txt has no '#build: horovod==X.Y.Z' line"
+# sha256 of the source release on the registry, so that what is compiled is what was checked.
+sdist_sha256="92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
+
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11)' 2>/dev/null \
+  || die "$PY is not Python 3.11 (Horovod 0.28.1's build fails on 3.12: it imports distutils)."
+tf_version="$("$PY" -c 'import importlib.metadata as m
+for d in ("tensorflow-cpu", "tensorflow", "tensorflow-macos"):
+    try:
+        print(m.version(d)); break
+    except m.PackageNotFoundError:
+        pass' 2>/dev/null)"
+[ -n "$tf_version" ] || die "TensorFlow is not installed in $PY: install requirements.txt first."
+
+tag="$("$PY" -c 'import sys, sysconfig; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
+# The build recipe (the patch and the flags below) is part of the key: change RECIPE with them.
+RECIPE=r1
+recipe="$RECIPE"
+cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
+cache="$cache_root/wheels/horovod-$version-tf$tf_version-$tag-$recipe"
+
+prove() {
+  say "checking the build: horovodrun --check-build, then a 2-rank Gloo allreduce"
+  local bin
+  bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
+  local report
+  report="$(TF_CPP_MIN_LOG_LEVEL=3 "$bin/horovodrun" --check-build 2>/dev/null)" \
+    || die "horovodrun --check-build failed: Horovod does not load (run it by hand to see why)."
+  printf '%s\n' "$report" | grep -E 'Horovod v|\[X\]' | sed 's/^/[horovod]   /'
+  printf '%s\n' "$report" | grep -q '\[X\] Gloo' || die "Horovod was built without Gloo."
+  local out
+  out="$(cd "$repo" && timeout --kill-after=10 120 env OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 \
+    "$bin/horovodrun" --gloo -np 2 -H localhost:2 "$PY" -c '
+import horovod.tensorflow as hvd, tensorflow as tf
+hvd.init()
+x = tf.constant([float(hvd.rank() + 1)] * 4)
+s = hvd.allreduce(x, op=hvd.Sum)
+print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tolist())
+' 2>&1)" || { printf '%s\n' "$out" | tail -20 >&2; die "the 2-rank allreduce failed (output above)."; }
+  printf '%s\n' "$out" | grep 'allreduce-check' | sed 's/^/[horovod]   /'
+  [ "$(printf '%s\n' "$out" | grep -c 'sum \[3.0, 3.0, 3.0, 3.0\]')" = 2 ] \
+    || die "the 2-rank allreduce returned a wrong sum (expected 3.0 on both ranks)."
+  say "OK: Horovod $version with Gloo works on 2 ranks."
+}
+
+if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('horovod') != '$version')" 2>/dev/null \
+   && "$PY" -c 'import horovod.tensorflow' 2>/dev/null; then
+  say "Horovod $version already installed for TensorFlow $tf_version."
+  exit 0
+fi
+
+wheel="$(ls "$cache"/horovod-*.whl 2>/dev/null | head -n 1 || true)"
+if [ -n "$wheel" ]; then
+  say "using the cached wheel: $wheel"
+else
+  say "compiling Horovod $version with Gloo for TensorFlow $tf_version (2 to 5 minutes; it happens once per machine)"
+  for tool in c++ make; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' is missing. Install a C++ compiler and make:
+    Debian/Ubuntu: sudo apt-get install -y g++ make
+    Amazon Linux / RHEL: sudo yum install -y gcc-c++ make
+    macOS: xcode-select --install
+  then run this again. The rest of the course works without Horovod."
+  done
+  "$PY" -c 'import cmake' 2>/dev/null || die "the cmake package is missing from $PY: install requirements.txt first."
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+  "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$version" -d "$work" \
+    || die "could not download the horovod==$version source release from the package index (no network?)."
+  echo "$sdist_sha256  $work/horovod-$version.tar.gz" | sha256sum -c --quiet - \
+    || die "the downloaded horovod-$version.tar.gz does not have the expected sha256."
+  tar -xzf "$work/horovod-$version.tar.gz" -C "$work"
+  src="$work/horovod-$version"
+  # Turn the XLA ops' guard off (fail loudly if the file is not the one we expect).
+  "$PY" - "$src/horovod/tensorflow/xla_mpi_ops.cc" <<'PYEOF'
+import sys
+path = sys.argv[1]
+text = open(path).read()
+guard = "#if TENSORFLOW_VERSION >= 2006000000"
+if text.count(guard) != 1:
+    sys.exit(f"[horovod] ERROR: expected one '{guard}' line in {path}; the source release is not the expected one")
+text = text.replace(guard, "#if 0  // XLA custom-call ops off: their headers are not in the TensorFlow wheel", 1)
+open(path, "w").write(text)
+PYEOF
+  log="$cache_root/horovod-build.log"
+  mkdir -p "$cache_root"
+  jobs="$(nproc 2>/dev/null || echo 2)"
+  bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
+  if ! env PATH="$bin:$PATH" \
+      HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
+      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
+      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+      "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$src" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "the Horovod build failed; the last lines of $log are above. Common causes:
+    - no C++17 compiler or no 'make' (Debian/Ubuntu: sudo apt-get install -y g++ make);
+    - Python headers missing (Debian/Ubuntu: sudo apt-get install -y python3.11-dev);
+    - a TensorFlow version other than the pinned one.
+  The rest of the course works without Horovod; the Horovod cells will say it is missing."
+  fi
+  mkdir -p "$cache"
+  cp "$work"/dist/horovod-*.whl "$cache/"
+  wheel="$(ls "$cache"/horovod-*.whl | head -n 1)"
+  say "built and cached: $wheel"
+fi
+
+"$PY" -m pip install --quiet --no-deps --force-reinstall "$wheel"
+prove

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs the course's tests in .venv: the unit tests, then every notebook executed top to bottom
+# in smoke mode (COURSE_SMOKE=1). Bounded per test, per notebook cell, and as a whole run.
+#   bash scripts/run_tests.sh [all|unit|notebooks]
+# Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell).
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+what="${1:-all}"
+py="$repo/.venv/bin/python"
+export COURSE_SMOKE=1
+export JUPYTER_PATH="$repo/.venv/share/jupyter"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+export PYTHONDONTWRITEBYTECODE=1
+TEST_BUDGET="${TEST_BUDGET:-2400}"
+CELL_BUDGET="${CELL_BUDGET:-600}"
+start=$(date +%s)
+
+# pytest exits 5 when it collects nothing: a run that tests nothing is a failure here.
+run() {
+  timeout --kill-after=30 "$TEST_BUDGET" "$py" -m pytest "$@"
+  local rc=$?
+  case $rc in
+    0) return 0 ;;
+    5) echo "[test] ERROR: no tests were collected by: pytest $*" >&2; return 1 ;;
+    124|137) echo "[test] ERROR: the run exceeded its budget of $TEST_BUDGET s and was stopped." >&2; return 1 ;;
+    *) return $rc ;;
+  esac
+}
+
+rc=0
+if [ "$what" = all ] || [ "$what" = unit ]; then
+  echo "[test] unit tests"
+  run tests -q -p no:cacheprovider --timeout=600 --durations=10 || rc=1
+fi
+if [ "$what" = all ] || [ "$what" = notebooks ]; then
+  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom"
+  run --nbmake notebooks -v -p no:cacheprovider --nbmake-timeout="$CELL_BUDGET" --durations=0 || rc=1
+fi
+echo "[test] finished in $(( $(date +%s) - start )) s"
+exit $rc

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Creates or updates the course environment in .venv. Called by `make lab` and `make test`.
+# It reinstalls only when the pins (requirements.txt) or this set-up changed: a stamp in .venv
+# records a hash of them.
+#
+#   TF_PACKAGE='tensorflow[and-cuda]' bash scripts/setup_env.sh   # GPU machine (see README)
+#   COURSE_REQUIRE_HOROVOD=1 ...   # fail if Horovod cannot be built (CI sets it; CI=true does too)
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$repo/.venv"
+stamp="$venv/.course-env"
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# Python 3.11: TensorFlow 2.21 supports it, and Horovod 0.28.1's build fails on 3.12.
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 \
+       && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then
+      PYTHON="$candidate"; break
+    fi
+  done
+fi
+[ -n "$PYTHON" ] || die "Python 3.11 is needed and was not found (tried python3.11, python3).
+  Install it (Debian/Ubuntu: sudo apt-get install -y python3.11 python3.11-venv python3.11-dev;
+  macOS: brew install python@3.11; or pyenv install 3.11) or name it: make test PYTHON=/path/to/python3.11"
+
+TF_PACKAGE="${TF_PACKAGE:-tensorflow-cpu}"
+case "$TF_PACKAGE" in
+  tensorflow-cpu|tensorflow|'tensorflow[and-cuda]') ;;
+  *) die "TF_PACKAGE=$TF_PACKAGE is not one of: tensorflow-cpu (default), tensorflow, 'tensorflow[and-cuda]'." ;;
+esac
+require_horovod="${COURSE_REQUIRE_HOROVOD:-}"
+[ "${CI:-}" = "true" ] && require_horovod=1
+
+want="$(cat "$repo/requirements.txt" "$repo/scripts/setup_env.sh" "$repo/scripts/build_horovod.sh" \
+        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
+  say "environment .venv is up to date."
+  exit 0
+fi
+
+start=$(date +%s)
+if [ ! -x "$venv/bin/python" ]; then
+  say "creating .venv with $("$PYTHON" --version)"
+  "$PYTHON" -m venv "$venv" || die "could not create a virtual environment.
+  Debian/Ubuntu: sudo apt-get install -y python3.11-venv"
+fi
+rm -f "$stamp"
+py="$venv/bin/python"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+say "installing packaging tools"
+"$py" -m pip install --quiet $(grep -E '^(pip|setuptools|wheel)==' "$repo/requirements.txt") 2>&1 \
+  | { grep -v "^WARNING: Location 'file:" || true; }
+
+say "installing the pinned packages (TensorFlow as $TF_PACKAGE; a few minutes the first time)"
+reqs="$(mktemp)"
+trap 'rm -f "$reqs"' EXIT
+sed "s/^tensorflow-cpu==/$TF_PACKAGE==/" "$repo/requirements.txt" >"$reqs"
+# (grep drops pip's notes about local index folders some machines configure; errors still show)
+"$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
+  || die "pip could not install requirements.txt (see its message above)."
+
+"$py" "$repo/scripts/link_utils.py"
+# The notebooks' kernel is `python3`; register it inside .venv so it runs this environment.
+"$py" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course .venv)" >/dev/null
+say "kernel python3 registered in .venv"
+
+if ! bash "$repo/scripts/build_horovod.sh" "$py"; then
+  if [ -n "$require_horovod" ]; then
+    die "Horovod is required here (CI or COURSE_REQUIRE_HOROVOD=1) and could not be built."
+  fi
+  say "WARNING: Horovod could not be built (see above). Everything else is installed; the Horovod"
+  say "         cells of the lessons will say that Horovod is missing. See README, 'Troubleshooting'."
+fi
+
+echo "$want" >"$stamp"
+say "environment ready in $(( $(date +%s) - start )) s"
