@@ -1,0 +1,82 @@
+"""The environment report and the course map read what is really there."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from utils import course, envinfo
+
+
+def test_cpu_info_is_plausible():
+    cpu = envinfo.cpu_info()
+    assert cpu.logical_cores >= 1
+    assert 1 <= cpu.usable_cores <= cpu.logical_cores
+    assert cpu.model
+    assert cpu.bf16_hardware == (cpu.has("avx512_bf16") or cpu.has("amx_bf16"))
+
+
+def test_versions_match_the_pins():
+    pins = {}
+    for line in (course.REPO_ROOT / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.split("[")[0]] = version
+    v = envinfo.versions()
+    assert v["TensorFlow"] == pins["tensorflow-cpu"]
+    assert v["Keras"] == pins["keras"]
+    assert v["SageMaker SDK"] == pins["sagemaker"]
+    assert v["Python"].startswith("3.11.")
+
+
+def test_horovod_build_reports_gloo():
+    info = envinfo.horovod_build()
+    if not info["importable"]:
+        pytest.skip(f"Horovod not importable: {info['error']}")
+    assert info["gloo_built"] is True
+
+
+def test_aws_credentials_detection(monkeypatch, tmp_path):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert envinfo.aws_credentials_present() is False
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    assert envinfo.aws_credentials_present() is True
+
+
+def _notebook(path, cells):
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def test_read_lesson_extracts_title_and_objectives(tmp_path):
+    md = "# 07 Title here\n\nText.\n\n## Objectives\n- first goal\n- second goal\n\n## Duration\n5 min\n"
+    _notebook(tmp_path / "07_x.ipynb", [{"cell_type": "markdown", "source": [md], "metadata": {}}])
+    lesson = course.read_lesson(tmp_path / "07_x.ipynb")
+    assert lesson.title == "07 Title here"
+    assert lesson.objectives == ["first goal", "second goal"]
+
+
+def test_durations_round_trip(tmp_path):
+    path = tmp_path / "d.csv"
+    row = {"notebook": "01_a.ipynb", "mode": "smoke", "seconds": "12.5", "cpu_model": "cpu",
+           "usable_cores": "2", "date": "2026-01-01", "tensorflow": "2.21.0"}
+    course.record_duration(row, path)
+    course.record_duration({**row, "seconds": "14.0"}, path)  # replaces, does not append
+    course.record_duration({**row, "mode": "full", "seconds": "300"}, path)
+    rows = course.read_durations(path)
+    assert len(rows) == 2
+    assert course.duration_of("01_a.ipynb", "smoke", rows) == 14.0
+    assert course.duration_of("01_a.ipynb", "full", rows) == 300.0
+    assert course.duration_of("99_none.ipynb", "full", rows) is None
+
+
+def test_durations_file_with_missing_columns_says_how_to_fix(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("notebook,seconds\nx,1\n")
+    with pytest.raises(ValueError, match="time_notebooks.py"):
+        course.read_durations(path)

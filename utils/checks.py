@@ -1,0 +1,49 @@
+"""Checks for the lessons' exercises: each compares a learner's answer with a value derived in code."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def report(exercise: str, answer: Any, expected: Any, *, rel_tol: float = 1e-6, hint: str = "") -> bool:
+    """Print whether `answer` matches `expected` (numbers within `rel_tol`); return True if it does."""
+    if answer is None:
+        print(f"[{exercise}] not answered yet: replace None with your answer and run the cell again.")
+        return False
+    try:
+        ok = bool(np.allclose(np.asarray(answer, dtype=float), np.asarray(expected, dtype=float),
+                              rtol=rel_tol, atol=0.0)) and np.shape(answer) == np.shape(expected)
+    except (TypeError, ValueError):
+        ok = answer == expected
+    if ok:
+        print(f"[{exercise}] correct: {answer!r}")
+    else:
+        print(f"[{exercise}] not quite: you gave {answer!r}." + (f" Hint: {hint}" if hint else ""))
+    return ok
+
+
+def allreduce_sum_of_ranks(n_ranks: int) -> float:
+    """What each element of allreduce(Sum) gives when rank r contributes r + 1: n(n+1)/2."""
+    if n_ranks < 1:
+        raise ValueError(f"n_ranks must be at least 1, got {n_ranks}")
+    return n_ranks * (n_ranks + 1) / 2
+
+
+def check_allreduce_sum(n_ranks: int, answer: float | None) -> bool:
+    """Exercise: the value every rank holds after summing [rank + 1] over `n_ranks` ranks."""
+    return report(f"allreduce sum, {n_ranks} ranks", answer, allreduce_sum_of_ranks(n_ranks),
+                  hint="rank r sends r + 1, so the sum is 1 + 2 + ... + n.")
+
+
+def check_allreduce_average(n_ranks: int, answer: float | None) -> bool:
+    """Exercise: the value every rank holds after averaging [rank + 1] over `n_ranks` ranks."""
+    return report(f"allreduce average, {n_ranks} ranks", answer, allreduce_sum_of_ranks(n_ranks) / n_ranks,
+                  hint="the average is the sum divided by the number of ranks.")
+
+
+def check_global_batch(per_worker_batch: int, workers: int, answer: int | None) -> bool:
+    """Exercise: the global batch of synchronous data-parallel training."""
+    return report("global batch", answer, per_worker_batch * workers,
+                  hint="every worker processes its own batch in each step.")
+

@@ -1,0 +1,121 @@
+"""What this machine and environment provide: versions, CPU features, GPUs, Horovod, AWS credentials."""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import platform
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# CPU flags (as Linux names them in /proc/cpuinfo) that matter for the course's speed figures.
+CPU_FEATURES = {
+    "avx2": "AVX2 (256-bit vectors)",
+    "avx512f": "AVX-512 (512-bit vectors)",
+    "avx512_bf16": "AVX-512 BF16 (bfloat16 dot products)",
+    "amx_bf16": "AMX-BF16 (bfloat16 matrix tiles)",
+    "amx_tile": "AMX tiles",
+    "avx512_fp16": "AVX-512 FP16 (float16 arithmetic)",
+}
+
+
+@dataclass
+class CpuInfo:
+    """The CPU model, its logical cores, the cores this process may use, and its feature flags."""
+
+    model: str
+    logical_cores: int
+    usable_cores: int
+    flags: set[str] = field(default_factory=set)
+
+    def has(self, flag: str) -> bool:
+        """True when the CPU reports `flag` (a /proc/cpuinfo name such as 'amx_bf16')."""
+        return flag in self.flags
+
+    @property
+    def bf16_hardware(self) -> bool:
+        """True when the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16)."""
+        return self.has("avx512_bf16") or self.has("amx_bf16")
+
+
+def cpu_info() -> CpuInfo:
+    """Read the CPU model and feature flags (Linux /proc/cpuinfo; macOS sysctl; else platform)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        text = cpuinfo.read_text(errors="replace")
+        m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+        if m:
+            model = m.group(1).strip()
+        m = re.search(r"^(?:flags|Features)\s*:\s*(.+)$", text, re.M)
+        if m:
+            flags = set(m.group(1).split())
+    elif sys.platform == "darwin":
+        try:
+            model = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+            ).stdout.strip() or model
+        except (OSError, subprocess.SubprocessError):
+            pass
+    logical = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
+    return CpuInfo(model=model, logical_cores=logical, usable_cores=usable, flags=flags)
+
+
+def package_version(*names: str) -> str | None:
+    """The installed version of the first distribution in `names` that is installed, else None."""
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python and of the course's main packages (None where a package is missing)."""
+    return {
+        "Python": platform.python_version(),
+        "TensorFlow": package_version("tensorflow-cpu", "tensorflow", "tensorflow-macos"),
+        "Keras": package_version("keras"),
+        "Horovod": package_version("horovod"),
+        "SageMaker SDK": package_version("sagemaker"),
+        "boto3": package_version("boto3"),
+        "moto": package_version("moto"),
+    }
+
+
+def horovod_build() -> dict[str, object]:
+    """Whether Horovod imports with TensorFlow support, and which controllers it was built with."""
+    try:
+        import horovod.tensorflow as hvd  # noqa: PLC0415 (optional dependency)
+    except Exception as exc:  # ImportError, or a library that fails to load
+        return {"importable": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {
+        "importable": True,
+        "gloo_built": bool(hvd.gloo_built()),
+        "mpi_built": bool(hvd.mpi_built()),
+        "nccl_built": bool(hvd.nccl_built()),
+    }
+
+
+def gpus() -> list[str]:
+    """Names of the GPUs TensorFlow can see (empty on a CPU-only machine)."""
+    import tensorflow as tf  # noqa: PLC0415 (slow import, only when asked)
+
+    return [d.name for d in tf.config.list_physical_devices("GPU")]
+
+
+def aws_credentials_present() -> bool:
+    """True when boto3 finds AWS credentials (the SageMaker lab then offers online mode); never prints them."""
+    # Keep the look-up short on machines without an instance metadata service.
+    os.environ.setdefault("AWS_METADATA_SERVICE_TIMEOUT", "1")
+    os.environ.setdefault("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
+    try:
+        import boto3  # noqa: PLC0415
+
+        return boto3.session.Session().get_credentials() is not None
+    except Exception:  # a broken config file must not break the environment check
+        return False
