@@ -1,0 +1,183 @@
+"""The course dataset: loading and checking it, a generator of the same kind of series, and windowing."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from utils.mode import REPO_ROOT
+
+DATASET = REPO_ROOT / "data" / "seattle_hourly_temperature_2010.csv"
+COLUMNS = ["timestamp", "temperature_f", "filled"]
+EXPECTED_ROWS = 8760
+EXPECTED_SHA256 = "520566412bdfba4e4c3fa127f9c516d8218296abd89bb665a7e6d4a701ef8f92"
+HOURS_PER_DAY = 24
+HOURS_PER_YEAR = 8760
+
+# Constants of `synthetic_series`, fitted to the course dataset by least squares (mean, two
+# harmonics of the yearly and of the daily cycle) and an AR(1) fit of what remains.
+_MEAN = 52.027
+_YEARLY = ((-4.223, -11.393), (2.201, -0.114))   # (sin, cos) coefficients of harmonics 1 and 2
+_DAILY = ((-4.070, -3.227), (0.845, 0.562))
+_AR_PHI = 0.9515
+_AR_SIGMA = 0.5099
+
+
+class DatasetError(ValueError):
+    """The dataset file is missing, truncated or malformed; the message says what to do."""
+
+
+def _restore_hint(path: Path) -> str:
+    if path.resolve() == DATASET.resolve():
+        return (f"Restore the course's copy with `git checkout -- data/{DATASET.name}` "
+                "(or rebuild it with scripts/make_course_dataset.py, see data/README.md).")
+    return (f"A series file needs the header `{','.join(COLUMNS)}`, one row per hour, timestamps "
+            "`YYYY-MM-DD HH:MM` in increasing order, numeric temperatures and 0/1 in `filled`.")
+
+
+def load_series(path: str | Path | None = None, verify_checksum: bool | None = None) -> pd.DataFrame:
+    """Load and check the hourly temperature series (the course dataset unless `path` is given)."""
+    path = Path(path) if path is not None else DATASET
+    is_course_file = path.resolve() == DATASET.resolve()
+    verify = is_course_file if verify_checksum is None else verify_checksum
+    if not path.exists():
+        raise DatasetError(f"The dataset file {path} does not exist. {_restore_hint(path)}")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DatasetError(f"The dataset file {path} is empty. {_restore_hint(path)}")
+    try:
+        frame = pd.read_csv(path, dtype={"timestamp": str})
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path} is not a readable CSV file ({exc}). {_restore_hint(path)}") from exc
+    if list(frame.columns) != COLUMNS:
+        raise DatasetError(f"{path} has the columns {list(frame.columns)}, expected {COLUMNS}. {_restore_hint(path)}")
+    if len(frame) == 0:
+        raise DatasetError(f"{path} has a header but no rows. {_restore_hint(path)}")
+    stamps = pd.to_datetime(frame["timestamp"], format="%Y-%m-%d %H:%M", errors="coerce")
+    if stamps.isna().any():
+        row = int(np.flatnonzero(stamps.isna().to_numpy())[0])
+        raise DatasetError(f"{path}, data row {row + 1}: timestamp {frame['timestamp'].iloc[row]!r} is not "
+                           f"`YYYY-MM-DD HH:MM`. {_restore_hint(path)}")
+    steps = stamps.diff().dropna()
+    if (steps != pd.Timedelta(hours=1)).any():
+        row = int(np.flatnonzero((steps != pd.Timedelta(hours=1)).to_numpy())[0]) + 1
+        raise DatasetError(f"{path}, data row {row + 1}: timestamps must increase by exactly one hour, but "
+                           f"{frame['timestamp'].iloc[row - 1]} is followed by {frame['timestamp'].iloc[row]}. "
+                           f"{_restore_hint(path)}")
+    values = pd.to_numeric(frame["temperature_f"], errors="coerce")
+    if values.isna().any():
+        row = int(np.flatnonzero(values.isna().to_numpy())[0])
+        raise DatasetError(f"{path}, data row {row + 1}: temperature {frame['temperature_f'].iloc[row]!r} is "
+                           f"missing or not a number. {_restore_hint(path)}")
+    if not frame["filled"].isin([0, 1]).all():
+        raise DatasetError(f"{path}: the `filled` column must hold only 0 or 1. {_restore_hint(path)}")
+    if is_course_file and len(frame) != EXPECTED_ROWS:
+        raise DatasetError(f"{path} has {len(frame)} rows, but the course dataset has {EXPECTED_ROWS}: "
+                           f"the file is truncated or changed. {_restore_hint(path)}")
+    if verify and hashlib.sha256(raw).hexdigest() != EXPECTED_SHA256:
+        raise DatasetError(f"{path} does not have the checksum recorded in data/README.md: the file was "
+                           f"changed. {_restore_hint(path)}")
+    return pd.DataFrame({"timestamp": stamps, "temperature_f": values.astype("float64"),
+                         "filled": frame["filled"].astype(int)})
+
+
+def synthetic_series(n: int, seed: int = 0, start_hour: int = 0) -> np.ndarray:
+    """`n` hourly temperatures (°F) of the same kind as the course dataset, deterministic for `seed`.
+
+    Mean, yearly and daily cycles (two harmonics each) and AR(1) weather noise use constants fitted
+    to the 2010 Seattle series; past one year the cycles repeat and the noise goes on.
+    """
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be a whole number of hours, at least 0; got {n!r}")
+    t = np.arange(start_hour, start_hour + n, dtype=np.float64)
+    value = np.full(n, _MEAN)
+    for period, harmonics in ((HOURS_PER_YEAR, _YEARLY), (HOURS_PER_DAY, _DAILY)):
+        for k, (a_sin, a_cos) in enumerate(harmonics, start=1):
+            value += a_sin * np.sin(2 * np.pi * k * t / period) + a_cos * np.cos(2 * np.pi * k * t / period)
+    rng = np.random.default_rng(seed)
+    shocks = rng.normal(0.0, _AR_SIGMA, size=n)
+    noise = np.empty(n)
+    level = rng.normal(0.0, _AR_SIGMA / np.sqrt(1 - _AR_PHI**2)) if n else 0.0  # stationary start
+    for i in range(n):
+        level = _AR_PHI * level + shocks[i]
+        noise[i] = level
+    return value + noise
+
+
+def make_windows(values: np.ndarray, lookback: int, horizon: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut a series into inputs of `lookback` steps and targets of the next `horizon` steps (float32)."""
+    values = np.asarray(values, dtype=np.float32)
+    if values.ndim != 1:
+        raise ValueError(f"values must be a 1-D series, got shape {values.shape}")
+    for name, v in (("lookback", lookback), ("horizon", horizon)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a whole number of steps, at least 1; got {v!r}")
+    count = len(values) - lookback - horizon + 1
+    if count < 1:
+        raise ValueError(f"a series of {len(values)} steps is too short for one window of {lookback} + {horizon} "
+                         "steps: use a longer series or a smaller lookback/horizon")
+    idx = np.arange(count)[:, None]
+    x = values[idx + np.arange(lookback)]
+    y = values[idx + lookback + np.arange(horizon)]
+    return x, y
+
+
+@dataclass
+class Scaler:
+    """Mean and standard deviation of the training part, used to normalise and de-normalise."""
+
+    mean: float
+    std: float
+
+    def transform(self, values: np.ndarray) -> np.ndarray:
+        """Normalise: (values - mean) / std."""
+        return ((np.asarray(values) - self.mean) / self.std).astype(np.float32)
+
+    def inverse(self, values: np.ndarray) -> np.ndarray:
+        """Back to the original unit."""
+        return np.asarray(values) * self.std + self.mean
+
+
+@dataclass
+class Splits:
+    """Windowed, normalised training and validation arrays, and the scaler that made them."""
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_val: np.ndarray
+    y_val: np.ndarray
+    scaler: Scaler
+
+
+def prepare(values: np.ndarray, lookback: int = 48, horizon: int = 24, val_fraction: float = 0.2) -> Splits:
+    """Split a series in time (validation = the last part), normalise with training statistics, window both."""
+    values = np.asarray(values, dtype=np.float64)
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    cut = int(round(len(values) * (1 - val_fraction)))
+    train, val = values[:cut], values[cut:]
+    std = float(train.std()) if len(train) else 0.0
+    if std == 0.0:
+        raise ValueError("the training part is constant (or empty): use a longer or varying series")
+    scaler = Scaler(mean=float(train.mean()), std=std)
+    x_train, y_train = make_windows(scaler.transform(train), lookback, horizon)
+    x_val, y_val = make_windows(scaler.transform(val), lookback, horizon)
+    return Splits(x_train, y_train, x_val, y_val, scaler)
+
+
+def to_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0,
+               drop_remainder: bool = False):
+    """A `tf.data.Dataset` of (x, y) batches, optionally shuffled with a fixed seed, prefetched."""
+    import tensorflow as tf  # noqa: PLC0415 (slow import, only when needed)
+
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} windows but y has {len(y)}: they must match")
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle:
+        ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)

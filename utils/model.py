@@ -1,0 +1,96 @@
+"""The course's forecasting model (Keras 3): build, compile, train on one worker, and a naive baseline."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def build_forecaster(lookback: int = 48, horizon: int = 24, width: int = 128, depth: int = 2,
+                     seed: int = 0, name: str = "forecaster"):
+    """An MLP that maps `lookback` past hours to the next `horizon` hours (uncompiled Keras model).
+
+    `width` and `depth` scale its compute: later lessons make it larger to be compute-bound.
+    """
+    import keras  # noqa: PLC0415
+
+    for label, v in (("lookback", lookback), ("horizon", horizon), ("width", width)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{label} must be a whole number of at least 1, got {v!r}")
+    if not isinstance(depth, (int, np.integer)) or depth < 0:
+        raise ValueError(f"depth (hidden layers) must be a whole number of at least 0, got {depth!r}")
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(lookback,), name="past_hours")
+    h = inputs
+    for i in range(depth):
+        h = keras.layers.Dense(width, activation="relu", name=f"hidden_{i}")(h)
+    outputs = keras.layers.Dense(horizon, name="next_hours")(h)
+    return keras.Model(inputs, outputs, name=name)
+
+
+def compile_forecaster(model, learning_rate: float = 1e-3, optimizer: str = "adam"):
+    """Compile with mean squared error, mean absolute error as a metric, and the named optimizer."""
+    import keras  # noqa: PLC0415
+
+    choices = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD}
+    if optimizer not in choices:
+        raise ValueError(f"optimizer must be one of {sorted(choices)}, got {optimizer!r}")
+    model.compile(optimizer=choices[optimizer](learning_rate=learning_rate), loss="mse", metrics=["mae"])
+    return model
+
+
+def seasonal_naive(x: np.ndarray, horizon: int, season: int = 24) -> np.ndarray:
+    """Forecast each of the next `horizon` hours as the value one `season` earlier (the classic baseline)."""
+    x = np.asarray(x)
+    if x.shape[1] < season:
+        raise ValueError(f"the lookback ({x.shape[1]}) must cover one season ({season}) for this baseline")
+    last = x[:, -season:]
+    reps = int(np.ceil(horizon / season))
+    return np.tile(last, (1, reps))[:, :horizon]
+
+
+def mse(prediction: np.ndarray, target: np.ndarray) -> float:
+    """Mean squared error between two arrays of the same shape."""
+    prediction, target = np.asarray(prediction, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    if prediction.shape != target.shape:
+        raise ValueError(f"shapes differ: prediction {prediction.shape}, target {target.shape}")
+    return float(np.mean((prediction - target) ** 2))
+
+
+@dataclass
+class TrainResult:
+    """What `train_forecaster` returns: per-epoch losses and the wall time of `fit`."""
+
+    history: dict[str, list[float]]
+    seconds: float
+
+    @property
+    def final_val_loss(self) -> float:
+        """Validation loss after the last epoch."""
+        return self.history["val_loss"][-1]
+
+
+def train_forecaster(model, x_train: np.ndarray, y_train: np.ndarray, x_val: np.ndarray, y_val: np.ndarray,
+                     epochs: int = 5, batch_size: int = 64, seed: int = 0, verbose: bool = True) -> TrainResult:
+    """Fit on one worker, printing one line per epoch; return the history and the wall time."""
+    import keras  # noqa: PLC0415
+
+    from utils.data import to_dataset  # noqa: PLC0415
+
+    train = to_dataset(x_train, y_train, batch_size, shuffle=True, seed=seed)
+    val = to_dataset(x_val, y_val, batch_size=max(batch_size, 256))
+
+    class OneLine(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if verbose:
+                logs = logs or {}
+                print(f"epoch {epoch + 1}/{epochs}: loss {logs.get('loss', float('nan')):.4f}, "
+                      f"val_loss {logs.get('val_loss', float('nan')):.4f}", flush=True)
+
+    start = time.perf_counter()
+    history = model.fit(train, validation_data=val, epochs=epochs, verbose=0, shuffle=False,
+                        callbacks=[OneLine()])
+    seconds = time.perf_counter() - start
+    return TrainResult(history={k: [float(v) for v in vals] for k, vals in history.history.items()},
+                       seconds=seconds)
