@@ -50,7 +50,7 @@ prove() {
   local report
   report="$(TF_CPP_MIN_LOG_LEVEL=3 "$bin/horovodrun" --check-build 2>/dev/null)" \
     || die "horovodrun --check-build failed: Horovod does not load (run it by hand to see why)."
-  printf '%s\n' "$report" | grep -E 'Horovod v|\[X\]' | sed 's/^/[horovod]   /'
+  printf '%s\n' "$report" | grep -E 'Horovod v|\[X\] (TensorFlow|Gloo)' | sed 's/^/[horovod]   /'
   printf '%s\n' "$report" | grep -q '\[X\] Gloo' || die "Horovod was built without Gloo."
   local out
   out="$(cd "$repo" && timeout --kill-after=10 120 env OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 \

@@ -222,3 +222,14 @@ def test_worker_killed_by_a_signal_is_reported(tmp_path, no_leftovers):
         launch.launch_tf_workers(script(tmp_path, "kill.py", body), 2, timeout=60, stream=False)
     assert err.value.rank == 0
     assert "killed by signal SIGKILL" in err.value.reason
+
+
+def test_missing_horovod_gives_a_clear_message(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "horovod.tensorflow", None)  # import now fails as if not built
+    ok, why = launch.horovod_available()
+    assert not ok
+    assert "make horovod" in why and "README" in why
+    with pytest.raises(RuntimeError, match="make horovod"):
+        launch.launch_horovodrun(script(tmp_path, "ok.py", HVD_OK), 2)
