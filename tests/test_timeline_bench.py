@@ -1,0 +1,54 @@
+"""Horovod timelines parse (even when cut short), and the allreduce benchmark writes its table."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from utils import launch, mode, timeline
+
+EVENTS = [
+    {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad_0"}},
+    {"ph": "B", "name": "NEGOTIATE_ALLREDUCE", "ts": 100, "pid": 1},
+    {"ph": "E", "ts": 150, "pid": 1},
+    {"ph": "B", "name": "ALLREDUCE", "ts": 160, "pid": 1},
+    {"ph": "B", "name": "GLOO_ALLREDUCE", "ts": 165, "pid": 1},
+    {"ph": "E", "ts": 190, "pid": 1},
+    {"ph": "E", "ts": 200, "pid": 1},
+]
+
+
+def test_timeline_spans_nest_and_name_tensors(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(EVENTS))
+    spans = timeline.read_timeline(path)
+    assert [(s.tensor, s.activity, s.start_us, s.end_us, s.depth) for s in spans] == [
+        ("grad_0", "NEGOTIATE_ALLREDUCE", 100, 150, 0),
+        ("grad_0", "GLOO_ALLREDUCE", 165, 190, 1),
+        ("grad_0", "ALLREDUCE", 160, 200, 0),
+    ]
+
+
+def test_timeline_cut_short_is_read_up_to_its_last_event(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text("[\n" + ",".join(json.dumps(e) for e in EVENTS[:3]) + ",")
+    assert len(timeline.read_timeline(path)) == 1
+    with pytest.raises(FileNotFoundError, match="HOROVOD_TIMELINE"):
+        timeline.read_timeline(tmp_path / "none.json")
+
+
+@pytest.mark.skipif(not launch.horovod_available()[0], reason=launch.horovod_available()[1])
+def test_benchmark_script_in_smoke_mode_writes_its_table(tmp_path):
+    out = tmp_path / "bench.csv"
+    env = dict(os.environ, COURSE_SMOKE="1")
+    subprocess.run([sys.executable, str(mode.REPO_ROOT / "scripts/bench_allreduce.py"), "--out", str(out),
+                    "--ranks", "2", "--repeats", "2"], env=env, check=True, timeout=180, capture_output=True)
+    rows = list(csv.DictReader(out.open()))
+    assert [int(r["bytes"]) for r in rows] == [4 << 10, 256 << 10, 4 << 20]
+    for r in rows:
+        assert int(r["np"]) == 2 and float(r["seconds"]) > 0
+        assert float(r["busbw_gbps"]) == pytest.approx(float(r["algbw_gbps"]))  # 2(N-1)/N = 1 at N = 2
