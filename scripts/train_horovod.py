@@ -1,0 +1,110 @@
+"""Train the course's forecasting model on several workers with Horovod.
+
+    horovodrun --gloo -np 2 -H localhost:2 python scripts/train_horovod.py --epochs 5 --batch-size 64 --lr 0.001
+
+The single-worker script (train_single.py) with the changes marked `# Horovod:`. --batch-size is per
+rank; --lr is the single-worker rate, scaled by the number of ranks after a warm-up. In a SageMaker
+job it reads its data and folders from the SM_* variables (utils.jobenv). Prints one line per epoch
+(rank 0) and a line `RESULT {json}` per rank.
+"""
+import argparse
+import json
+import os
+import time
+
+import signal
+
+import horovod.tensorflow as hvd
+import keras
+import numpy as np
+import tensorflow as tf
+
+from utils import data, hvd_keras, jobenv, model
+
+# Horovod: start, and learn this process's rank among `size` ranks.
+hvd.init()
+# Horovod: threads per rank (the launcher also sets them through the environment); on a GPU machine
+# each rank would instead take one GPU: tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU").
+tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=5)
+parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--lr", type=float, default=1e-3)
+parser.add_argument("--optimizer", default="adam")
+parser.add_argument("--width", type=int, default=128)
+parser.add_argument("--depth", type=int, default=2)
+parser.add_argument("--data-size", type=int, default=0, help="hours of synthetic data; 0 = the course dataset")
+parser.add_argument("--seed", type=int, default=0)
+parser.add_argument("--checkpoint-dir", default="")
+parser.add_argument("--warmup-epochs", type=float, default=1.0)  # Horovod: warm-up of the scaled rate
+parser.add_argument("--die-at-epoch", type=int, default=0)  # for the fault-tolerance demonstration
+parser.add_argument("--die-rank", type=int, default=1)
+args = parser.parse_args()
+paths = jobenv.job_paths(args.checkpoint_dir)  # Horovod/SageMaker: data and folders of a job
+
+values = data.synthetic_series(args.data_size, seed=args.seed) if args.data_size else \
+    data.load_series(paths.data_file)["temperature_f"].to_numpy()
+splits = data.prepare(values)
+# Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank).
+x_train, y_train = splits.x_train[hvd.rank()::hvd.size()], splits.y_train[hvd.rank()::hvd.size()]
+train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
+val = data.to_dataset(splits.x_val, splits.y_val, 1024)
+
+# Horovod: the same model with a training step that averages gradients across ranks.
+net = hvd_keras.distributed(model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed))
+model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
+
+callbacks, initial_epoch = [], 0
+if paths.checkpoint_dir:
+    os.makedirs(paths.checkpoint_dir, exist_ok=True)
+    last = os.path.join(paths.checkpoint_dir, "last.keras")
+    if os.path.exists(last):
+        net = keras.models.load_model(last)
+        initial_epoch = json.load(open(last + ".json"))["epoch"]
+        print(f"resuming after epoch {initial_epoch}", flush=True)
+
+    class Checkpoint(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if hvd.rank() != 0:  # Horovod: one writer, rank 0
+                return
+            self.model.save(last + ".tmp.keras")
+            os.replace(last + ".tmp.keras", last)  # a crash mid-save never leaves a broken checkpoint
+            json.dump({"epoch": epoch + 1}, open(last + ".json", "w"))
+
+    callbacks.append(Checkpoint())
+
+steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
+callbacks = [
+    hvd_keras.BroadcastInitialState(root_rank=0),  # Horovod: every rank starts from rank 0's state
+    # Horovod: learning rate x size (the global batch is size x larger), reached after a warm-up.
+    hvd_keras.WarmupScaledLR(args.lr, hvd.size(), int(args.warmup_epochs * steps_per_epoch),
+                             initial_step=initial_epoch * steps_per_epoch),
+    hvd_keras.AverageMetrics(),  # Horovod: report metrics averaged over the ranks
+] + callbacks
+
+
+class EpochLine(keras.callbacks.Callback):
+    def on_epoch_begin(self, epoch, logs=None):
+        self.start = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        seconds = time.perf_counter() - self.start
+        logs["samples_per_s"] = len(x_train) * hvd.size() / seconds  # Horovod: all ranks' samples
+        if args.die_at_epoch == epoch + 1 and hvd.rank() == args.die_rank:
+            os.kill(os.getpid(), signal.SIGKILL)  # simulate a lost worker (machine failure)
+        if hvd.rank() != 0:  # Horovod: log on rank 0 only
+            return
+        print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
+              f"({logs['samples_per_s']:.0f} samples/s)", flush=True)
+
+
+history = net.fit(train, validation_data=val, epochs=args.epochs, initial_epoch=initial_epoch,
+                  callbacks=callbacks + [EpochLine()], verbose=0, shuffle=False)
+if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the model for deployment
+    net.save(os.path.join(paths.model_dir, "forecaster.keras"))
+print("RESULT " + json.dumps({
+    "rank": hvd.rank(), "size": hvd.size(), "loss": history.history["loss"], "val_loss": history.history["val_loss"],
+    "samples_per_s": history.history["samples_per_s"],
+    "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+}), flush=True)
