@@ -49,7 +49,8 @@ splits = data.prepare(values)
 # Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank).
 x_train, y_train = splits.x_train[hvd.rank()::hvd.size()], splits.y_train[hvd.rank()::hvd.size()]
 train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
-val = data.to_dataset(splits.x_val, splits.y_val, 1024)
+# Horovod: validation is sharded too; AverageMetrics below averages the ranks' results.
+val = data.to_dataset(splits.x_val[hvd.rank()::hvd.size()], splits.y_val[hvd.rank()::hvd.size()], 1024)
 
 # Horovod: the same model with a training step that averages gradients across ranks.
 net = hvd_keras.distributed(model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed))
@@ -71,6 +72,8 @@ if paths.checkpoint_dir:
             self.model.save(last + ".tmp.keras")
             os.replace(last + ".tmp.keras", last)  # a crash mid-save never leaves a broken checkpoint
             json.dump({"epoch": epoch + 1}, open(last + ".json", "w"))
+            with open(last + ".history.jsonl", "a") as f:  # every epoch's losses, across restarts
+                f.write(json.dumps({"epoch": epoch + 1, "loss": logs["loss"], "val_loss": logs["val_loss"]}) + "\n")
 
     callbacks.append(Checkpoint())
 
@@ -88,8 +91,11 @@ class EpochLine(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.start = time.perf_counter()
 
+    def on_train_batch_end(self, batch, logs=None):
+        self.trained = time.perf_counter()  # end of training in this epoch (validation comes after)
+
     def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self.start
+        seconds = self.trained - self.start
         logs["samples_per_s"] = len(x_train) * hvd.size() / seconds  # Horovod: all ranks' samples
         if args.die_at_epoch == epoch + 1 and hvd.rank() == args.die_rank:
             os.kill(os.getpid(), signal.SIGKILL)  # simulate a lost worker (machine failure)

@@ -51,6 +51,8 @@ if args.checkpoint_dir:
             self.model.save(last + ".tmp.keras")
             os.replace(last + ".tmp.keras", last)  # a crash mid-save never leaves a broken checkpoint
             json.dump({"epoch": epoch + 1}, open(last + ".json", "w"))
+            with open(last + ".history.jsonl", "a") as f:  # every epoch's losses, across restarts
+                f.write(json.dumps({"epoch": epoch + 1, "loss": logs["loss"], "val_loss": logs["val_loss"]}) + "\n")
 
     callbacks.append(Checkpoint())
 
@@ -59,8 +61,11 @@ class EpochLine(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
         self.start = time.perf_counter()
 
+    def on_train_batch_end(self, batch, logs=None):
+        self.trained = time.perf_counter()  # end of training in this epoch (validation comes after)
+
     def on_epoch_end(self, epoch, logs=None):
-        seconds = time.perf_counter() - self.start
+        seconds = self.trained - self.start
         logs["samples_per_s"] = len(x_train) / seconds
         print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
               f"({logs['samples_per_s']:.0f} samples/s)", flush=True)

@@ -352,15 +352,20 @@ def _horovodrun_failure(output: str) -> tuple[int, str] | None:
 def launch_horovodrun(
     script: str | Path, np: int, args: Sequence[str] = (), *, threads: int = 1, timeout: float = 300,
     env: dict[str, str] | None = None, stream: bool | Callable[[str], bool] = True, log_dir: Path | None = None,
+    horovodrun_args: Sequence[str] = (),
 ) -> RunResult:
-    """Run `script` on `np` local ranks with `horovodrun --gloo -np N -H localhost:N`."""
+    """Run `script` on `np` local ranks with `horovodrun --gloo -np N -H localhost:N` (plus `horovodrun_args`).
+
+    With `--host-discovery-script` among `horovodrun_args` (elastic mode), `-H` is left out.
+    """
     _check_count(np, "np (the number of ranks)")
     path = _check_script(script)
     ok, why = horovod_available()
     if not ok:
         raise RuntimeError(why)
     run_id = uuid.uuid4().hex
-    command = [_horovodrun(), "--gloo", "-np", str(np), "-H", f"localhost:{np}",
+    hosts = [] if "--host-discovery-script" in horovodrun_args else ["-H", f"localhost:{np}"]
+    command = [_horovodrun(), "--gloo", "-np", str(np), *hosts, *map(str, horovodrun_args),
                sys.executable, str(path), *map(str, args)]
     result = run_workers([command], [_base_env(threads, run_id, env)], timeout=timeout, run_id=run_id,
                          log_dir=log_dir, stream=stream, explain_failure=_horovodrun_failure)
