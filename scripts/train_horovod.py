@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import data, hvd_keras, jobenv, model
+from utils import data, hvd_keras, hyperparams, jobenv, model
 
 # Horovod: start, and learn this process's rank among `size` ranks.
 hvd.init()
@@ -40,8 +40,8 @@ parser.add_argument("--checkpoint-dir", default="")
 parser.add_argument("--warmup-epochs", type=float, default=1.0)  # Horovod: warm-up of the scaled rate
 parser.add_argument("--die-at-epoch", type=int, default=0)  # for the fault-tolerance demonstration
 parser.add_argument("--die-rank", type=int, default=1)
-args = parser.parse_args()
-paths = jobenv.job_paths(args.checkpoint_dir)  # Horovod/SageMaker: data and folders of a job
+args = hyperparams.parse(parser)  # SageMaker: hyperparameters also come from SM_HPS
+paths = jobenv.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of a job
 
 values = data.synthetic_series(args.data_size, seed=args.seed) if args.data_size else \
     data.load_series(paths.data_file)["temperature_f"].to_numpy()

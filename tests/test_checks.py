@@ -22,3 +22,12 @@ def test_allreduce_checks():
     assert checks.check_allreduce_average(4, 2.5)
     assert checks.check_global_batch(32, 4, 128)
     assert not checks.check_global_batch(32, 4, 32)
+
+
+def test_restart_arithmetic():
+    assert checks.restart_after_failure(7) == (7, 1)
+    assert checks.restart_after_failure(7, checkpoint_every=3) == (7, 1)
+    assert checks.restart_after_failure(8, checkpoint_every=3) == (7, 2)
+    assert checks.restart_after_failure(1) == (1, 1)
+    assert checks.check_restart(5, 2, 5, 1)
+    assert not checks.check_restart(5, 2, 4, 2)

@@ -80,3 +80,11 @@ def test_durations_file_with_missing_columns_says_how_to_fix(tmp_path):
     path.write_text("notebook,seconds\nx,1\n")
     with pytest.raises(ValueError, match="time_notebooks.py"):
         course.read_durations(path)
+
+
+def test_measured_duration_line():
+    rows = [{"notebook": "01_a.ipynb", "mode": "full", "seconds": "120", "cpu_model": "cpu X",
+             "usable_cores": "2", "date": "2026-01-01", "tensorflow": "2.21.0"}]
+    line = course.measured_duration_line("01_a.ipynb", rows)
+    assert "full mode 2.0 min" in line and "cpu X" in line and "smoke" not in line
+    assert "not measured yet" in course.measured_duration_line("02_b.ipynb", rows)

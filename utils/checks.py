@@ -47,3 +47,20 @@ def check_global_batch(per_worker_batch: int, workers: int, answer: int | None) 
     return report("global batch", answer, per_worker_batch * workers,
                   hint="every worker processes its own batch in each step.")
 
+
+
+def restart_after_failure(failed_during_epoch: int, checkpoint_every: int = 1) -> tuple[int, int]:
+    """(first epoch the restarted job trains, epochs of work lost) when checkpoints follow every k-th epoch."""
+    if failed_during_epoch < 1 or checkpoint_every < 1:
+        raise ValueError("epochs count from 1 and checkpoint_every must be at least 1")
+    last_checkpoint = (failed_during_epoch - 1) // checkpoint_every * checkpoint_every
+    return last_checkpoint + 1, failed_during_epoch - last_checkpoint
+
+
+def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: int | None, lost: int | None) -> bool:
+    """Exercise: where a restarted job resumes and how many epochs of work it redoes."""
+    want_first, want_lost = restart_after_failure(failed_during_epoch, checkpoint_every)
+    a = report("first epoch after restart", first_epoch, want_first,
+               hint=f"the last checkpoint is the last multiple of {checkpoint_every} before the failed epoch")
+    b = report("epochs of work lost", lost, want_lost, hint="the epochs after the last checkpoint, the failed one included")
+    return a and b

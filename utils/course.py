@@ -72,3 +72,18 @@ def record_duration(row: dict[str, str], path: Path = DURATIONS) -> None:
         writer = csv.DictWriter(f, fieldnames=DURATION_FIELDS)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def measured_duration_line(notebook: str, rows: list[dict[str, str]] | None = None) -> str:
+    """One line with the measured run time of `notebook` in both modes and the machine that measured it."""
+    rows = read_durations() if rows is None else rows
+    parts = []
+    for which in ("full", "smoke"):
+        match = [r for r in rows if r["notebook"] == notebook and r["mode"] == which]
+        if match:
+            r = match[-1]
+            parts.append(f"{which} mode {float(r['seconds']) / 60:.1f} min "
+                         f"({r['cpu_model']}, {r['usable_cores']} cores, {r['date']})")
+    if not parts:
+        return f"Run time of {notebook}: not measured yet (python scripts/time_notebooks.py --mode full {notebook})."
+    return f"Measured run time of {notebook}: " + "; ".join(parts) + "."

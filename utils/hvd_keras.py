@@ -6,9 +6,19 @@ variables wrap; this module builds the usual pieces from them.
 """
 from __future__ import annotations
 
-import horovod.tensorflow as hvd
 import keras
 import tensorflow as tf
+
+try:
+    import horovod.tensorflow as hvd
+except Exception:  # Horovod could not be built here: the schedule below still works, the rest says why
+    hvd = None
+
+
+def _require_horovod() -> None:
+    if hvd is None:
+        raise RuntimeError("Horovod is not available on this machine: run `make horovod` and see the README, "
+                           "'Troubleshooting the Horovod build'.")
 
 
 @keras.saving.register_keras_serializable(package="course")
@@ -37,11 +47,13 @@ class HorovodModel(keras.Model):
 
 def distributed(model: keras.Model) -> HorovodModel:
     """The same layers and weights as `model`, with the Horovod training step (compile it afterwards)."""
+    _require_horovod()
     return HorovodModel(inputs=model.inputs, outputs=model.outputs, name=model.name)
 
 
 def broadcast_state(model: keras.Model, root_rank: int = 0) -> None:
     """Give every rank rank `root_rank`'s weights and optimizer state (eagerly, outside tf.function)."""
+    _require_horovod()
     if model.optimizer is not None and not model.optimizer.built:
         model.optimizer.build(model.trainable_variables)
     variables = [v.value for v in model.variables]

@@ -35,9 +35,9 @@ LOG_TAIL_LINES = 25
 class WorkerError(RuntimeError):
     """A worker of a run failed: it exited with an error, was killed by a signal, or hung."""
 
-    def __init__(self, message: str, rank: int | None, reason: str, log_dir: Path):
+    def __init__(self, message: str, rank: int | None, reason: str, log_dir: Path, seconds: float = 0.0):
         super().__init__(message)
-        self.rank, self.reason, self.log_dir = rank, reason, log_dir
+        self.rank, self.reason, self.log_dir, self.seconds = rank, reason, log_dir, seconds
 
 
 @dataclass
@@ -263,7 +263,7 @@ def run_workers(
         raise WorkerError(
             f"The run failed after {seconds:.1f} s: {how}. Every process of the run was stopped.\n"
             f"{tails}\nFull logs: {log_dir}",
-            rank=rank, reason=how, log_dir=log_dir,
+            rank=rank, reason=how, log_dir=log_dir, seconds=seconds,
         )
     return RunResult(workers=workers, seconds=seconds, log_dir=log_dir, pids=[p.pid for p in procs])
 
