@@ -8,6 +8,8 @@ export PYTHON
 export TF_PACKAGE
 # The kernelspec registered inside .venv comes first, whatever other kernels the machine has.
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
+# Jupyter refuses to run as root without this flag (containers often run as root).
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 .PHONY: lab test env horovod unit notebooks clean-env
 
@@ -15,7 +17,7 @@ env:
 	@bash scripts/setup_env.sh
 
 lab: env
-	$(VENV)/bin/jupyter lab --notebook-dir=$(CURDIR) notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) notebooks/00_start_here.ipynb
 
 test: env
 	@bash scripts/run_tests.sh all
