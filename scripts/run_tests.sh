@@ -18,12 +18,17 @@ start=$(date +%s)
 
 # pytest exits 5 when it collects nothing: a run that tests nothing is a failure here.
 run() {
-  timeout --kill-after=30 "$TEST_BUDGET" "$py" -m pytest "$@"
+  local left=$(( TEST_BUDGET - ($(date +%s) - start) ))
+  if [ "$left" -le 0 ]; then
+    echo "[test] ERROR: the budget of $TEST_BUDGET s for the whole run is used up; not started: pytest $*" >&2
+    return 1
+  fi
+  timeout --kill-after=30 "$left" "$py" -m pytest "$@"
   local rc=$?
   case $rc in
     0) return 0 ;;
     5) echo "[test] ERROR: no tests were collected by: pytest $*" >&2; return 1 ;;
-    124|137) echo "[test] ERROR: the run exceeded its budget of $TEST_BUDGET s and was stopped." >&2; return 1 ;;
+    124|137) echo "[test] ERROR: the whole run exceeded its budget of $TEST_BUDGET s (TEST_BUDGET) and was stopped." >&2; return 1 ;;
     *) return $rc ;;
   esac
 }
