@@ -2,6 +2,7 @@
 
     python scripts/time_notebooks.py --mode full            # every notebook, full mode
     python scripts/time_notebooks.py --mode smoke 00_start_here.ipynb
+    python scripts/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
 
 The file records the machine (CPU model, usable cores) and the TensorFlow version with each time,
 so that 00_start_here can show the durations together with the hardware that produced them.
@@ -28,6 +29,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["full", "smoke"], required=True)
     parser.add_argument("--cell-timeout", type=int, default=1800)
+    parser.add_argument("--save", type=Path, help="folder to write the executed notebooks to (outputs kept)")
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: all)")
     args = parser.parse_args()
     os.environ["COURSE_SMOKE"] = "1" if args.mode == "smoke" else "0"
@@ -44,6 +46,9 @@ def main() -> None:
                        resources={"metadata": {"path": str(course.NOTEBOOKS)}}).execute()
         seconds = time.perf_counter() - start
         print(f"{name} ({args.mode}): {seconds:.0f} s", flush=True)
+        if args.save:
+            args.save.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, args.save / f"{path.stem}.{args.mode}.ipynb")
         course.record_duration({
             "notebook": name, "mode": args.mode, "seconds": f"{seconds:.1f}",
             "cpu_model": cpu.model, "usable_cores": str(cpu.usable_cores),
