@@ -75,6 +75,8 @@ for delay in args.delays_ms:
             step.append(t2 - t0)
     records.append({"delay_ms": delay, "work_ms": 1000 * float(np.median(work)),
                     "allreduce_ms": 1000 * float(np.median(wait)), "step_ms": 1000 * float(np.median(step))})
+    print(f"rank {hvd.rank()}: delay {delay:g} ms on rank {args.slow_rank}: median step "
+          f"{records[-1]['step_ms']:.1f} ms", flush=True)
 checksum = float(sum(float(tf.reduce_sum(v)) for v in variables))
 print("RESULT " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "slow_rank": args.slow_rank,
                               "steps": args.steps, "per_delay": records, "weights_checksum": checksum}), flush=True)
