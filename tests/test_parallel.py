@@ -46,6 +46,10 @@ def test_naive_schedule_leaves_all_but_one_stage_idle():
     assert parallel.gpipe_bubble(4, 1) == pytest.approx(3 / 4)
     with pytest.raises(ValueError):
         parallel.gpipe_bubble(0, 3)
+    with pytest.raises(ValueError, match="one per stage"):
+        parallel.simulate_pipeline(3, 2, forward=[1.0, 2.0])
+    with pytest.raises(ValueError, match="no tasks"):
+        parallel.bubble_fraction([])
 
 
 def test_stage_bounds():

@@ -266,6 +266,9 @@ def simulate_pipeline(stages: int, micro_batches: int, forward: float | Sequence
     F(s, j) waits for F(s−1, j); B(s, j) waits for B(s+1, j) (the last stage for its own F); a stage runs
     one task at a time, in `gpipe_order`. Durations are per micro-batch (one number, or one per stage).
     """
+    for name, value in (("forward", forward), ("backward", backward)):
+        if np.ndim(value) not in (0, 1) or (np.ndim(value) == 1 and len(value) != stages):
+            raise ValueError(f"{name} must be one duration or one per stage ({stages}), got {value!r}")
     fwd = np.broadcast_to(np.asarray(forward, dtype=float), (stages,))
     bwd = np.broadcast_to(np.asarray(backward, dtype=float), (stages,))
     if (fwd < 0).any() or (bwd < 0).any():
@@ -307,6 +310,8 @@ def makespan(slots: Sequence[Slot]) -> float:
 
 def bubble_fraction(slots: Sequence[Slot]) -> float:
     """Share of stage-time spent idle: 1 − busy / (stages × makespan)."""
+    if not slots:
+        raise ValueError("no tasks in the timeline: build one with simulate_pipeline(stages, micro_batches)")
     stages = len({t.stage for t in slots})
     busy = sum(t.end - t.start for t in slots)
     return 1.0 - busy / (stages * makespan(slots))
