@@ -22,8 +22,9 @@ HOURS_PER_YEAR = 8760
 _MEAN = 52.027
 _YEARLY = ((-4.223, -11.393), (2.201, -0.114))   # (sin, cos) coefficients of harmonics 1 and 2
 _DAILY = ((-4.070, -3.227), (0.845, 0.562))
-_AR_PHI = 0.9515
-_AR_SIGMA = 0.5099
+# The AR(1) noise of the generator (public: lesson 01 derives the forecast-error floor from it).
+AR_PHI = 0.9515
+AR_SIGMA = 0.5099
 
 
 class DatasetError(ValueError):
@@ -98,11 +99,11 @@ def synthetic_series(n: int, seed: int = 0, start_hour: int = 0) -> np.ndarray:
         for k, (a_sin, a_cos) in enumerate(harmonics, start=1):
             value += a_sin * np.sin(2 * np.pi * k * t / period) + a_cos * np.cos(2 * np.pi * k * t / period)
     rng = np.random.default_rng(seed)
-    shocks = rng.normal(0.0, _AR_SIGMA, size=n)
+    shocks = rng.normal(0.0, AR_SIGMA, size=n)
     noise = np.empty(n)
-    level = rng.normal(0.0, _AR_SIGMA / np.sqrt(1 - _AR_PHI**2)) if n else 0.0  # stationary start
+    level = rng.normal(0.0, AR_SIGMA / np.sqrt(1 - AR_PHI**2)) if n else 0.0  # stationary start
     for i in range(n):
-        level = _AR_PHI * level + shocks[i]
+        level = AR_PHI * level + shocks[i]
         noise[i] = level
     return value + noise
 
