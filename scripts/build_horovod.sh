@@ -37,9 +37,9 @@ for d in ("tensorflow-cpu", "tensorflow", "tensorflow-macos"):
 [ -n "$tf_version" ] || die "TensorFlow is not installed in $PY: install requirements.txt first."
 
 tag="$("$PY" -c 'import sys, sysconfig; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
-# The build recipe (the patch and the flags below) is part of the key: change RECIPE with them.
-RECIPE=r1
-recipe="$RECIPE"
+# The build recipe (this script: the patch and the flags below) is part of the key, so a change to it
+# builds a new wheel instead of reusing one built the old way.
+recipe="r$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-8)"
 cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
 cache="$cache_root/wheels/horovod-$version-tf$tf_version-$tag-$recipe"
 
@@ -70,6 +70,7 @@ print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tol
 if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('horovod') != '$version')" 2>/dev/null \
    && "$PY" -c 'import horovod.tensorflow' 2>/dev/null; then
   say "Horovod $version already installed for TensorFlow $tf_version."
+  prove
   exit 0
 fi
 
@@ -86,6 +87,11 @@ else
   then run this again. The rest of the course works without Horovod."
   done
   "$PY" -c 'import cmake' 2>/dev/null || die "the cmake package is missing from $PY: install requirements.txt first."
+  py_include="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+  [ -f "$py_include/Python.h" ] || die "the Python headers are missing ($py_include/Python.h). Install them:
+    Debian/Ubuntu: sudo apt-get install -y python3.11-dev
+    Amazon Linux / RHEL: sudo yum install -y python3.11-devel
+  then run this again. The rest of the course works without Horovod."
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$version" -d "$work" \

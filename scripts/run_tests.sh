@@ -12,9 +12,34 @@ export COURSE_SMOKE=1
 export JUPYTER_PATH="$repo/.venv/share/jupyter"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 export PYTHONDONTWRITEBYTECODE=1
-TEST_BUDGET="${TEST_BUDGET:-2400}"
-CELL_BUDGET="${CELL_BUDGET:-600}"
+TEST_BUDGET="${TEST_BUDGET:-900}"
+CELL_BUDGET="${CELL_BUDGET:-300}"
 start=$(date +%s)
+
+# Every process this run starts inherits a session mark; whatever still carries it at the end (workers
+# orphaned when a budget ran out) is stopped, and processes of other runs (an open JupyterLab) are not.
+export COURSE_TEST_SESSION="test-$$-$start"
+stop_leftovers() {
+  "$py" - "$COURSE_TEST_SESSION" <<'PYEOF'
+import os, sys
+import psutil
+left = []
+for proc in psutil.process_iter():
+    try:
+        if proc.pid != os.getpid() and proc.environ().get("COURSE_TEST_SESSION") == sys.argv[1]:
+            left.append(proc)
+    except (psutil.Error, OSError):
+        pass
+for proc in left:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+if left:
+    print(f"[test] stopped {len(left)} process(es) left over by the run", file=sys.stderr)
+PYEOF
+}
+trap stop_leftovers EXIT
 
 # pytest exits 5 when it collects nothing: a run that tests nothing is a failure here.
 run() {
@@ -36,7 +61,7 @@ run() {
 rc=0
 if [ "$what" = all ] || [ "$what" = unit ]; then
   echo "[test] unit tests"
-  run tests -q -p no:cacheprovider --timeout=600 --durations=10 || rc=1
+  run tests -q -p no:cacheprovider --timeout=300 --durations=10 || rc=1
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
   echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom"

@@ -6,8 +6,9 @@ import pytest
 
 from utils import launch
 
-OK, WHY = launch.horovod_available()
-pytestmark = pytest.mark.skipif(not OK, reason=WHY)
+from conftest import needs_horovod
+
+pytestmark = needs_horovod
 
 
 def _train(per_rank_batch: int, steps: int, optimizer: str, broadcast: bool, seed_by_rank: bool):

@@ -10,8 +10,7 @@ import pytest
 
 from utils import launch
 
-HOROVOD, WHY_NOT = launch.horovod_available()
-needs_horovod = pytest.mark.skipif(not HOROVOD, reason=WHY_NOT)
+from conftest import needs_horovod
 
 
 def script(tmp_path, name, body):
@@ -152,8 +151,8 @@ HVD_HANG = """
     import time
     import horovod.tensorflow as hvd
     hvd.init()
-    if hvd.rank() == 0:
-        time.sleep(120)   # rank 1 finishes; rank 0 never does
+    if hvd.rank() == 1:
+        time.sleep(120)   # rank 0 finishes; rank 1 never does
 """
 
 
@@ -177,7 +176,8 @@ def test_horovodrun_hang_is_stopped(tmp_path, no_leftovers):
     with pytest.raises(launch.WorkerError) as err:
         launch.launch_horovodrun(script(tmp_path, "hang.py", HVD_HANG), 2, timeout=20, stream=False)
     assert time.monotonic() - start < 40
-    assert "hung" in err.value.reason
+    assert err.value.rank == 1, err.value.reason  # the rank that hung, not the launcher
+    assert "hung: rank 1 did not finish within the timeout of 20 s" in err.value.reason
 
 
 def _rank_times(x):
@@ -196,6 +196,25 @@ def _rank_1_fails():
     import time
 
     time.sleep(120)
+
+
+def _rank_1_hangs():
+    import time
+
+    import horovod.tensorflow as hvd
+
+    hvd.init()
+    if hvd.rank() == 1:
+        time.sleep(120)
+
+
+@needs_horovod
+def test_horovod_run_hang_is_stopped_and_named(no_leftovers):
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerError) as err:
+        launch.horovod_run(_rank_1_hangs, 2, timeout=20, stream=False)
+    assert time.monotonic() - start < 40
+    assert err.value.rank == 1, err.value.reason
 
 
 @needs_horovod

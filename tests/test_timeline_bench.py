@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import needs_horovod
 
 from utils import launch, mode, timeline
 
@@ -41,7 +42,7 @@ def test_timeline_cut_short_is_read_up_to_its_last_event(tmp_path):
         timeline.read_timeline(tmp_path / "none.json")
 
 
-@pytest.mark.skipif(not launch.horovod_available()[0], reason=launch.horovod_available()[1])
+@needs_horovod
 def test_benchmark_script_in_smoke_mode_writes_its_table(tmp_path):
     out = tmp_path / "bench.csv"
     env = dict(os.environ, COURSE_SMOKE="1")

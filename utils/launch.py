@@ -183,6 +183,7 @@ def run_workers(
     log_dir: Path | None = None,
     stream: bool | Callable[[str], bool] = True,
     explain_failure: Callable[[str], tuple[int, str] | None] | None = None,
+    explain_hang: Callable[[], tuple[int | None, str] | None] | None = None,
 ) -> RunResult:
     """Start one process per command, wait for all of them, and clean up whatever happens."""
     if not commands:
@@ -235,8 +236,10 @@ def run_workers(
                 break
             if time.monotonic() - start > timeout:
                 running = [r for r, c in enumerate(codes) if c is None]
-                failure = (running[0] if len(running) == 1 else None,
-                           f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s")
+                failure = (explain_hang() if explain_hang else None) or (
+                    running[0] if len(running) == 1 else None,
+                    f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s")
+                failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
             time.sleep(0.1)
         pump()
@@ -349,6 +352,32 @@ def _horovodrun_failure(output: str) -> tuple[int, str] | None:
     return rank, f"rank {rank} {how}"
 
 
+def _ranks_still_running(run_id: str) -> list[int]:
+    """Horovod ranks of a run that are still alive (horovodrun gives each its HOROVOD_RANK)."""
+    ranks = set()
+    for proc in psutil.process_iter():
+        try:
+            env = proc.environ()
+            if env.get(RUN_MARKER) == run_id and "HOROVOD_RANK" in env and proc.status() != psutil.STATUS_ZOMBIE:
+                ranks.add(int(env["HOROVOD_RANK"]))
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError, ValueError):
+            continue
+    return sorted(ranks)
+
+
+def _horovod_hang(run_id: str) -> Callable[[], tuple[int | None, str] | None]:
+    """Name the rank(s) of a Horovod run that were still running when its timeout expired."""
+    def explain() -> tuple[int | None, str] | None:
+        ranks = _ranks_still_running(run_id)
+        if not ranks:
+            return None
+        if len(ranks) == 1:
+            return ranks[0], f"hung: rank {ranks[0]} did not finish within the timeout of {{timeout}} s"
+        return None, (f"hung: ranks {ranks} did not finish within the timeout of {{timeout}} s (when one rank "
+                      "stops, the others wait for it in their next collective)")
+    return explain
+
+
 def launch_horovodrun(
     script: str | Path, np: int, args: Sequence[str] = (), *, threads: int = 1, timeout: float = 300,
     env: dict[str, str] | None = None, stream: bool | Callable[[str], bool] = True, log_dir: Path | None = None,
@@ -367,9 +396,9 @@ def launch_horovodrun(
     hosts = [] if "--host-discovery-script" in horovodrun_args else ["-H", f"localhost:{np}"]
     command = [_horovodrun(), "--gloo", "-np", str(np), *hosts, *map(str, horovodrun_args),
                sys.executable, str(path), *map(str, args)]
-    result = run_workers([command], [_base_env(threads, run_id, env)], timeout=timeout, run_id=run_id,
-                         log_dir=log_dir, stream=stream, explain_failure=_horovodrun_failure)
-    return result
+    return run_workers([command], [_base_env(threads, run_id, env)], timeout=timeout, run_id=run_id,
+                       log_dir=log_dir, stream=stream, explain_failure=_horovodrun_failure,
+                       explain_hang=_horovod_hang(run_id))
 
 
 def horovod_run(
@@ -400,7 +429,7 @@ def horovod_run(
     # bounded by the timeout and every process it starts is cleaned up with it.
     command = [sys.executable, "-m", "utils.launch", "horovod-run", str(work)]
     run_workers([command], [_base_env(threads, run_id, None)], timeout=timeout, run_id=run_id,
-                log_dir=work, stream=stream, explain_failure=_horovodrun_failure)
+                log_dir=work, stream=stream, explain_failure=_horovodrun_failure, explain_hang=_horovod_hang(run_id))
     import pickle  # noqa: PLC0415
 
     return pickle.loads((work / "results.pkl").read_bytes())
