@@ -10,22 +10,24 @@ job it reads its data and folders from the SM_* variables (utils.jobenv). Prints
 import argparse
 import json
 import os
-import time
-
 import signal
+import time
 
 import horovod.tensorflow as hvd
 import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import data, hvd_keras, hyperparams, jobenv, model
+from utils import checkpoint, data, hvd_keras, hyperparams, jobenv, model
 
 # Horovod: start, and learn this process's rank among `size` ranks.
 hvd.init()
-# Horovod: threads per rank (the launcher also sets them through the environment); on a GPU machine
-# each rank would instead take one GPU: tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU").
-tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+# Horovod: one GPU per rank on a GPU machine (the one numbered by its rank on this host); on a CPU,
+# a fixed number of threads per rank (the launcher sets OMP_NUM_THREADS).
+gpus = tf.config.list_physical_devices("GPU")
+if gpus:
+    tf.config.set_visible_devices(gpus[hvd.local_rank()], "GPU")
+tf.config.threading.set_intra_op_parallelism_threads(int(os.environ.get("OMP_NUM_THREADS", "0")))
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -46,11 +48,12 @@ paths = jobenv.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of 
 values = data.synthetic_series(args.data_size, seed=args.seed) if args.data_size else \
     data.load_series(paths.data_file)["temperature_f"].to_numpy()
 splits = data.prepare(values)
-# Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank).
-x_train, y_train = splits.x_train[hvd.rank()::hvd.size()], splits.y_train[hvd.rank()::hvd.size()]
+# Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank). All
+# shards have the same length, so every rank takes the same number of steps (and allreduces).
+x_train, y_train = data.shard(splits.x_train, splits.y_train, hvd.rank(), hvd.size())
 train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
 # Horovod: validation is sharded too; AverageMetrics below averages the ranks' results.
-val = data.to_dataset(splits.x_val[hvd.rank()::hvd.size()], splits.y_val[hvd.rank()::hvd.size()], 1024)
+val = data.to_dataset(*data.shard(splits.x_val, splits.y_val, hvd.rank(), hvd.size()), 1024)
 
 # Horovod: the same model with a training step that averages gradients across ranks.
 net = hvd_keras.distributed(model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed))
@@ -58,24 +61,13 @@ model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
 
 callbacks, initial_epoch = [], 0
 if paths.checkpoint_dir:
-    os.makedirs(paths.checkpoint_dir, exist_ok=True)
-    last = os.path.join(paths.checkpoint_dir, "last.keras")
-    if os.path.exists(last):
-        net = keras.models.load_model(last)
-        initial_epoch = json.load(open(last + ".json"))["epoch"]
+    resume = checkpoint.latest(paths.checkpoint_dir)  # the last complete checkpoint, if any
+    if resume:
+        net, initial_epoch = keras.models.load_model(resume.model_path), resume.epoch
         print(f"resuming after epoch {initial_epoch}", flush=True)
-
-    class Checkpoint(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if hvd.rank() != 0:  # Horovod: one writer, rank 0
-                return
-            self.model.save(last + ".tmp.keras")
-            os.replace(last + ".tmp.keras", last)  # a crash mid-save never leaves a broken checkpoint
-            json.dump({"epoch": epoch + 1}, open(last + ".json", "w"))
-            with open(last + ".history.jsonl", "a") as f:  # every epoch's losses, across restarts
-                f.write(json.dumps({"epoch": epoch + 1, "loss": logs["loss"], "val_loss": logs["val_loss"]}) + "\n")
-
-    callbacks.append(Checkpoint())
+    # Horovod: one writer, rank 0
+    callbacks.append(checkpoint.EpochCheckpoint(paths.checkpoint_dir, write=hvd.rank() == 0,
+                                                history=resume.history if resume else None))
 
 steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
 callbacks = [
@@ -89,16 +81,20 @@ callbacks = [
 
 class EpochLine(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
+        self.epoch, self.start, self.last = epoch + 1, time.perf_counter(), time.perf_counter()
+        self.steps = []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.trained = time.perf_counter()  # end of training in this epoch (validation comes after)
+        now = time.perf_counter()
+        self.steps.append(now - self.last)  # one training step (validation comes after the last)
+        self.last = now
+        if args.die_at_epoch == self.epoch and hvd.rank() == args.die_rank and batch == 1:
+            print(f"KILLED rank {hvd.rank()} at {time.time():.3f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # a lost worker (machine failure), in the middle of an epoch
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = self.trained - self.start
-        logs["samples_per_s"] = len(x_train) * hvd.size() / seconds  # Horovod: all ranks' samples
-        if args.die_at_epoch == epoch + 1 and hvd.rank() == args.die_rank:
-            os.kill(os.getpid(), signal.SIGKILL)  # simulate a lost worker (machine failure)
+        logs["samples_per_s"] = len(x_train) * hvd.size() / (self.last - self.start)  # Horovod: all ranks' samples
+        logs["step_seconds"] = float(np.median(self.steps[1:-1] or self.steps))  # full batches only
         if hvd.rank() != 0:  # Horovod: log on rank 0 only
             return
         print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
@@ -111,6 +107,6 @@ if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the m
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
 print("RESULT " + json.dumps({
     "rank": hvd.rank(), "size": hvd.size(), "loss": history.history["loss"], "val_loss": history.history["val_loss"],
-    "samples_per_s": history.history["samples_per_s"],
-    "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+    "samples_per_s": history.history["samples_per_s"], "step_seconds": history.history["step_seconds"],
+    "batch": args.batch_size, "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
 }), flush=True)

@@ -7,13 +7,12 @@ Checkpoints after every epoch to --checkpoint-dir and resumes from the last one 
 """
 import argparse
 import json
-import os
 import time
 
 import keras
 import numpy as np
 
-from utils import data, model
+from utils import checkpoint, data, model
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -39,34 +38,26 @@ model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
 
 callbacks, initial_epoch = [], 0
 if args.checkpoint_dir:
-    os.makedirs(args.checkpoint_dir, exist_ok=True)
-    last = os.path.join(args.checkpoint_dir, "last.keras")
-    if os.path.exists(last):
-        net = keras.models.load_model(last)
-        initial_epoch = json.load(open(last + ".json"))["epoch"]
+    resume = checkpoint.latest(args.checkpoint_dir)  # the last complete checkpoint, if any
+    if resume:
+        net, initial_epoch = keras.models.load_model(resume.model_path), resume.epoch
         print(f"resuming after epoch {initial_epoch}", flush=True)
-
-    class Checkpoint(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            self.model.save(last + ".tmp.keras")
-            os.replace(last + ".tmp.keras", last)  # a crash mid-save never leaves a broken checkpoint
-            json.dump({"epoch": epoch + 1}, open(last + ".json", "w"))
-            with open(last + ".history.jsonl", "a") as f:  # every epoch's losses, across restarts
-                f.write(json.dumps({"epoch": epoch + 1, "loss": logs["loss"], "val_loss": logs["val_loss"]}) + "\n")
-
-    callbacks.append(Checkpoint())
+    callbacks.append(checkpoint.EpochCheckpoint(args.checkpoint_dir, history=resume.history if resume else None))
 
 
 class EpochLine(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch, logs=None):
-        self.start = time.perf_counter()
+        self.start = self.last = time.perf_counter()
+        self.steps = []
 
     def on_train_batch_end(self, batch, logs=None):
-        self.trained = time.perf_counter()  # end of training in this epoch (validation comes after)
+        now = time.perf_counter()
+        self.steps.append(now - self.last)  # one training step (validation comes after the last)
+        self.last = now
 
     def on_epoch_end(self, epoch, logs=None):
-        seconds = self.trained - self.start
-        logs["samples_per_s"] = len(x_train) / seconds
+        logs["samples_per_s"] = len(x_train) / (self.last - self.start)
+        logs["step_seconds"] = float(np.median(self.steps[1:-1] or self.steps))  # full batches only
         print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
               f"({logs['samples_per_s']:.0f} samples/s)", flush=True)
 
@@ -75,6 +66,6 @@ history = net.fit(train, validation_data=val, epochs=args.epochs, initial_epoch=
                   callbacks=callbacks + [EpochLine()], verbose=0, shuffle=False)
 print("RESULT " + json.dumps({
     "rank": 0, "size": 1, "loss": history.history["loss"], "val_loss": history.history["val_loss"],
-    "samples_per_s": history.history["samples_per_s"],
-    "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+    "samples_per_s": history.history["samples_per_s"], "step_seconds": history.history["step_seconds"],
+    "batch": args.batch_size, "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
 }), flush=True)

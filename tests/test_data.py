@@ -133,3 +133,21 @@ def test_to_dataset_batches_and_shuffles_reproducibly():
     assert first() == first() and sorted(first()) == list(range(10))
     with pytest.raises(ValueError, match="batch_size"):
         data.to_dataset(x, y, batch_size=0)
+
+
+@pytest.mark.parametrize("n, size", [(10, 3), (3469 + 3468, 2), (8, 4), (5, 5)])
+def test_shards_are_equal_disjoint_and_cover_all_but_the_remainder(n, size):
+    x = np.arange(n)[:, None].astype(float)
+    shards = [data.shard(x, x[:, 0], r, size) for r in range(size)]
+    assert len({len(s[0]) for s in shards}) == 1                      # same number of steps on every rank
+    taken = np.concatenate([s[1] for s in shards])
+    assert len(set(taken)) == len(taken) == n // size * size           # disjoint, nothing lost but the remainder
+    assert all(np.array_equal(s[0][:, 0], s[1]) for s in shards)       # x and y stay paired
+
+
+def test_shard_rejects_bad_arguments():
+    x = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="rank must be in"):
+        data.shard(x, x, 2, 2)
+    with pytest.raises(ValueError, match="cannot be shared among 5 ranks"):
+        data.shard(x, x, 0, 5)

@@ -34,6 +34,22 @@ def test_timeline_spans_nest_and_name_tensors(tmp_path):
     ]
 
 
+def test_gradient_steps_split_by_repeated_tensors_and_find_early_reductions():
+    S = timeline.Span
+    spans = [  # step 1: grad_1 handed over at 0 and reduced by 20, grad_0 handed over at 30
+        S("grad_1", "NEGOTIATE_ALLREDUCE", 0, 10, 0), S("grad_1", "ALLREDUCE", 10, 20, 0),
+        S("grad_0", "NEGOTIATE_ALLREDUCE", 30, 40, 0), S("grad_0", "ALLREDUCE", 40, 50, 0),
+        # step 2: both handed over together; nothing reduced before the last one was handed over
+        S("grad_1", "NEGOTIATE_ALLREDUCE", 100, 110, 0), S("grad_0", "NEGOTIATE_ALLREDUCE", 100, 110, 0),
+        S("x/grad_0", "ALLREDUCE", 110, 130, 0), S("grad_1", "ALLREDUCE", 110, 130, 0),
+        S("metric_loss", "NEGOTIATE_ALLREDUCE", 5, 6, 0),  # not a gradient: ignored
+    ]
+    steps = timeline.gradient_steps(spans)
+    assert [(s.first_submit_us, s.last_submit_us, s.end_us) for s in steps] == [(0, 30, 50), (100, 100, 130)]
+    assert steps[0].reduced_early == ["grad_1"] and steps[1].reduced_early == []
+    assert steps[0].order == ["grad_1", "grad_0"]
+
+
 def test_timeline_cut_short_is_read_up_to_its_last_event(tmp_path):
     path = tmp_path / "t.json"
     path.write_text("[\n" + ",".join(json.dumps(e) for e in EVENTS[:3]) + ",")

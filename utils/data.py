@@ -182,3 +182,19 @@ def to_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = Fa
     if shuffle:
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
+
+
+def shard(x: np.ndarray, y: np.ndarray, rank: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rank `rank`'s share of the windows: every `size`-th one from `rank`, all shards of equal length.
+
+    Equal lengths matter in synchronous training: a rank with one extra batch would wait forever in an
+    allreduce that no other rank joins. The last `len(x) % size` windows are left out.
+    """
+    if not isinstance(size, (int, np.integer)) or size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank must be in 0..size-1 and size at least 1, got rank={rank}, size={size}")
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} windows but y has {len(y)}: they must match")
+    usable = len(x) // size * size
+    if usable == 0:
+        raise ValueError(f"{len(x)} windows cannot be shared among {size} ranks: use more data or fewer ranks")
+    return x[rank:usable:size], y[rank:usable:size]

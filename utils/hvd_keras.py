@@ -25,6 +25,11 @@ def _require_horovod() -> None:
 class HorovodModel(keras.Model):
     """A Keras model whose training step averages every gradient across Horovod ranks before applying it."""
 
+    def _resolve_auto_jit_compile(self):
+        # No XLA for this training step: Keras turns it on by itself ("auto") when it sees a GPU, and
+        # Horovod's XLA ops are not part of the course's build (README, 'Troubleshooting the Horovod build').
+        return False
+
     def train_step(self, data):
         """Forward, backward, allreduce (average) each gradient, apply, update metrics."""
         x, y = data[0], data[1]

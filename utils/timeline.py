@@ -41,6 +41,44 @@ def read_timeline(path: str | Path) -> list[Span]:
     return spans
 
 
+@dataclass
+class StepComm:
+    """The allreduces of one training step, as a timeline shows them (times in µs)."""
+
+    first_submit_us: float   # the first gradient handed to Horovod (start of its negotiation)
+    last_submit_us: float    # the last gradient handed to Horovod: the backward pass is over by then
+    end_us: float            # the last allreduce of the step finished
+    reduced_early: list[str]  # gradients whose allreduce finished before the last gradient was handed over
+    order: list[str]         # gradients in the order they were handed over
+
+
+def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
+    """Group the allreduces of tensors named `prefix...` into training steps (each tensor once per step)."""
+    def short(s: Span) -> str:
+        return s.tensor.split("/")[-1]
+
+    negotiations = sorted((s for s in spans if s.activity == "NEGOTIATE_ALLREDUCE" and short(s).startswith(prefix)),
+                          key=lambda s: s.start_us)
+    groups: list[list[Span]] = []
+    for s in negotiations:
+        if not groups or short(s) in {short(g) for g in groups[-1]}:
+            groups.append([])
+        groups[-1].append(s)
+    reductions = [s for s in spans if s.activity == "ALLREDUCE" and short(s).startswith(prefix)]
+    steps = []
+    for i, group in enumerate(groups):
+        start = group[0].start_us
+        stop = groups[i + 1][0].start_us if i + 1 < len(groups) else float("inf")
+        mine = [r for r in reductions if start <= r.start_us < stop]
+        last_submit = max(g.start_us for g in group)
+        steps.append(StepComm(
+            first_submit_us=start, last_submit_us=last_submit,
+            end_us=max((r.end_us for r in mine), default=last_submit),
+            reduced_early=sorted({short(r) for r in mine if r.end_us <= last_submit}),
+            order=[short(g) for g in group]))
+    return steps
+
+
 def plot_timeline(spans: list[Span], ax=None, title: str = "Horovod timeline"):
     """Draw spans as bars: one row per tensor, nested activities thinner, colour per activity."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
@@ -60,5 +98,5 @@ def plot_timeline(spans: list[Span], ax=None, title: str = "Horovod timeline"):
     ax.set_xlabel("time since the first event (ms)")
     ax.set_title(title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colours[a]) for a in activities]
-    ax.legend(handles, activities, loc="upper right", fontsize=8)
+    ax.legend(handles, activities, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     return ax
