@@ -98,3 +98,15 @@ def test_every_lesson_has_measured_durations_in_both_modes():
                if course.duration_of(lesson.notebook, which, rows) is None]
     assert not missing, (f"data/notebook_durations.csv has no time for {missing}: run "
                          "`python scripts/time_notebooks.py --mode full NOTEBOOK` (and --mode smoke)")
+
+
+def test_cache_sizes_are_read_from_sysfs(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                                             (3, "Unified", "32M")]):
+        d = tmp_path / "cpu0" / "cache" / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert envinfo.cache_sizes(root=tmp_path) == {"L1d": 48 * 1024, "L2": 1024 * 1024, "L3": 32 * 1024**2}
+    assert envinfo.cache_sizes(root=tmp_path / "nowhere") == {}

@@ -33,7 +33,16 @@ def test_ring_equals_numpy_sum_and_counts_match_the_closed_form(n, k, dtype, see
     assert result.steps_per_phase == n - 1
     if k % n == 0:
         assert all(v == ring.ring_traffic_ideal(n, k) for v in exact)
-    assert max(exact) <= 2 * k  # never more than twice the vector
+    assert max(exact) == ring.busiest_ring_traffic(n, k)
+    assert result.sent_values == ring.ring_traffic_per_phase(n, k)   # phase by phase, not only in total
+
+
+def test_phases_by_hand():
+    # N = 4, K = 8: every chunk has 2 values; each phase sends 3 chunks of 2 from every worker.
+    assert ring.ring_traffic_per_phase(4, 8) == {"scatter-reduce": [6] * 4, "allgather": [6] * 4}
+    # K = 5, N = 3, chunks 2, 2, 1: worker 0 skips chunk 1 (2 values), then chunk 2 (1 value).
+    assert ring.ring_traffic_per_phase(3, 5) == {"scatter-reduce": [3, 4, 3], "allgather": [4, 3, 3]}
+    assert ring.busiest_ring_traffic(3, 5) == 7 and ring.busiest_ring_traffic(4, 7) == 14 - 2 - 1
 
 
 def test_uneven_closed_form_by_hand():
@@ -76,7 +85,7 @@ def test_bad_inputs_get_clear_errors(arrays, error, message):
 
 
 def test_reference_traffic_formulas():
-    assert ring.parameter_server_traffic(4, 100) == {"worker": 200, "server": 800}
+    assert ring.parameter_server_traffic(4, 100) == {"worker": 100, "server": 400}
     assert ring.all_to_all_traffic(4, 100) == 300
     assert ring.ring_traffic_ideal(4, 100) == 150
 

@@ -63,9 +63,10 @@ def test_benchmark_script_in_smoke_mode_writes_its_table(tmp_path):
     out = tmp_path / "bench.csv"
     env = dict(os.environ, COURSE_SMOKE="1")
     subprocess.run([sys.executable, str(mode.REPO_ROOT / "scripts/bench_allreduce.py"), "--out", str(out),
-                    "--ranks", "2", "--repeats", "2"], env=env, check=True, timeout=180, capture_output=True)
+                    "--ranks", "3", "--repeats", "2"], env=env, check=True, timeout=180, capture_output=True)
     rows = list(csv.DictReader(out.open()))
     assert [int(r["bytes"]) for r in rows] == [4 << 10, 256 << 10, 4 << 20]
     for r in rows:
-        assert int(r["np"]) == 2 and float(r["seconds"]) > 0
-        assert float(r["busbw_gbps"]) == pytest.approx(float(r["algbw_gbps"]))  # 2(N-1)/N = 1 at N = 2
+        assert int(r["np"]) == 3 and 0 < float(r["best_seconds"]) <= float(r["seconds"])
+        assert float(r["algbw_GBps"]) == pytest.approx(int(r["bytes"]) / float(r["best_seconds"]) / 1e9)
+        assert float(r["busbw_GBps"]) == pytest.approx(float(r["algbw_GBps"]) * 4 / 3)  # 2(N-1)/N at N = 3

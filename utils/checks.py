@@ -16,10 +16,11 @@ def report(exercise: str, answer: Any, expected: Any, *, rel_tol: float = 1e-6, 
                               rtol=rel_tol, atol=0.0)) and np.shape(answer) == np.shape(expected)
     except (TypeError, ValueError):
         ok = answer == expected
+    shown = answer.item() if isinstance(answer, np.generic) else answer  # 0.25, not np.float64(0.25)
     if ok:
-        print(f"[{exercise}] correct: {answer!r}")
+        print(f"[{exercise}] correct: {shown!r}")
     else:
-        print(f"[{exercise}] not quite: you gave {answer!r}." + (f" Hint: {hint}" if hint else ""))
+        print(f"[{exercise}] not quite: you gave {shown!r}." + (f" Hint: {hint}" if hint else ""))
     return ok
 
 

@@ -64,6 +64,22 @@ def cpu_info() -> CpuInfo:
     return CpuInfo(model=model, logical_cores=logical, usable_cores=usable, flags=flags)
 
 
+def cache_sizes(cpu: int = 0, root: str | Path = "/sys/devices/system/cpu") -> dict[str, int]:
+    """Data and unified cache sizes of one CPU core in bytes, e.g. {'L1d': 49152, 'L2': 1048576} (Linux; {} elsewhere)."""
+    sizes: dict[str, int] = {}
+    for index in sorted((Path(root) / f"cpu{cpu}" / "cache").glob("index*")):
+        try:
+            level, kind = (index / "level").read_text().strip(), (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        sizes[f"L{level}" + ("d" if kind == "Data" else "")] = int(text.rstrip("KMG")) * scale
+    return sizes
+
+
 def package_version(*names: str) -> str | None:
     """The installed version of the first distribution in `names` that is installed, else None."""
     for name in names:

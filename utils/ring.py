@@ -140,14 +140,28 @@ def ring_traffic_values(n: int, k: int) -> list[int]:
     return [2 * k - sizes[(i + 1) % n] - sizes[(i + 2) % n] for i in range(n)]
 
 
+def ring_traffic_per_phase(n: int, k: int) -> dict[str, list[int]]:
+    """Exact values each worker sends in each phase: k - size[(i+1)%n], then k - size[(i+2)%n]."""
+    sizes = chunk_sizes(k, n)
+    if n == 1:
+        return {p: [0] for p in PHASES}
+    return {PHASES[0]: [k - sizes[(i + 1) % n] for i in range(n)],
+            PHASES[1]: [k - sizes[(i + 2) % n] for i in range(n)]}
+
+
+def busiest_ring_traffic(n: int, k: int) -> int:
+    """Values the busiest worker sends: 2k - 2 floor(k/n), less one more when only one chunk is small."""
+    return 2 * k - 2 * (k // n) - (1 if n >= 2 and k % n == n - 1 else 0)
+
+
 def ring_traffic_ideal(n: int, k: float) -> float:
     """The textbook per-worker traffic 2(n - 1)k / n, exact when n divides k."""
     return 2 * (n - 1) * k / n
 
 
 def parameter_server_traffic(n: int, k: float) -> dict[str, float]:
-    """Values sent + received by each worker and by one parameter server holding all k values."""
-    return {"worker": 2 * k, "server": 2 * n * k}
+    """Values each worker and one parameter server (holding all k values) send per step; each receives as many."""
+    return {"worker": k, "server": n * k}
 
 
 def all_to_all_traffic(n: int, k: float) -> float:

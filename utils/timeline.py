@@ -89,7 +89,7 @@ def plot_timeline(spans: list[Span], ax=None, title: str = "Horovod timeline"):
     activities = sorted({s.activity for s in spans})
     colours = {a: plt.get_cmap("tab10")(i % 10) for i, a in enumerate(activities)}
     t0 = min((s.start_us for s in spans), default=0.0)
-    for s in spans:
+    for s in sorted(spans, key=lambda s: s.depth):  # nested activities drawn over their parents
         row = tensors.index(s.tensor)
         height = 0.8 / (1 + s.depth)
         ax.barh(row, (s.end_us - s.start_us) / 1e3, left=(s.start_us - t0) / 1e3, height=height,
