@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -80,11 +81,23 @@ def test_smaller_batch_before_mixed_precision():
     needs = MemoryNeeds(100_000, 1_000_000, 64, optimizer="sgd")
     rec = recommend_strategy(needs, device_bytes=100e6)
     assert rec.strategy == "data parallelism"
-    assert rec.changes[0].startswith("batch of 24 ")  # (100e6 - 0.8e6) // 4e6 = 24
+    assert rec.changes == ["a batch of 24 per device instead of 64"]  # (100e6 - 0.8e6) // 4e6 = 24
     # the batch may not go below 64: 16-bit activations (64 x 1e6 x 2 B = 128 MB + 0.8 MB) are next, and fit 130 MB
     rec = recommend_strategy(needs, device_bytes=130e6, min_batch=64)
     assert rec.changes == ["mixed precision"]
-    assert [fits for _, _, fits in rec.tried] == [False, False, True]
+    assert [fits for _, _, fits in rec.tried] == [False, True]
+
+
+def test_remedies_accumulate_when_none_is_enough_alone():
+    # 1e6 params: Adam states 16 MB, SGD 8 MB; activations 1e5 values x 4 B = 0.4 MB per example, batch 64 = 25.6 MB.
+    needs = MemoryNeeds(1_000_000, 100_000, 64, optimizer="adam")
+    # 20 MB: SGD alone needs 33.6 MB, Adam with the smallest batch (16) 22.4 MB: neither fits; both together
+    # (SGD, batch (20 - 8) // 0.4 = 30) need 20 MB.
+    assert recommend_strategy(replace(needs, optimizer="sgd"), 20e6, min_batch=64).strategy == "model parallelism"
+    rec = recommend_strategy(needs, 20e6, min_batch=16)
+    assert rec.strategy == "data parallelism"
+    assert rec.changes == ["an optimizer without state (SGD instead of adam)", "a batch of 30 per device instead of 64"]
+    assert rec.tried[-1][2] and rec.tried[-1][1] <= 20e6
 
 
 def test_input_shrink_then_model_parallelism():

@@ -134,7 +134,8 @@ TF_CHECK = textwrap.dedent("""
         "devices": devices, "replicas": check.replicas, "grad_diff": check.max_abs_difference,
         "grad_scale": check.max_abs_gradient, "replica_weight_diff": run.max_replica_weight_difference,
         "steps": run.steps, "split_diff": float(np.max(np.abs(out.numpy() - net(x).numpy()))),
-        "ran_on": [w["ran_on"] for w in where], "stages": [len(s.layers) for s in stages],
+        "ran_on": [w["ran_on"] for w in where], "weights_on": [w["weights_on"] for w in where],
+        "stages": [len(s.layers) for s in stages],
         "pipe_diff": max(float(np.max(np.abs(a - b))) for sa, sb in zip(step.gradients, ref) for a, b in zip(sa, sb)),
         "tasks": len(step.measured), "run_loss": run.train_loss[-1],
         "single_vs_dp": max(float(np.max(np.abs(a - b))) for a, b in zip(run.weights, single.get_weights())),
@@ -170,6 +171,7 @@ def test_data_parallel_sgd_equals_one_device_on_the_global_batch(tf_result):
 def test_split_model_runs_where_placed_and_matches(tf_result):
     assert tf_result["stages"] == [2, 2]
     assert tf_result["ran_on"][0].endswith("CPU:0") and tf_result["ran_on"][-1].endswith("CPU:1")
+    assert tf_result["weights_on"][0].endswith("CPU:0") and tf_result["weights_on"][-1].endswith("CPU:1")
     assert tf_result["split_diff"] <= 1e-6
 
 

@@ -175,44 +175,55 @@ def recommend_strategy(needs: MemoryNeeds, device_bytes: float, *, min_batch: in
             "Model parallelism would add idle time and traffic between stages without any need for it.",
         ], 1, tried)
     reasons = [need_line + ": it does not fit."]
-    states = base.parameters + base.gradients + base.optimizer
+    # The remedies accumulate: each one is tried on top of those before it, as one would apply them.
+    current, changes, notes = needs, [], []
+
+    def fits_now(label: str, change: str, note: str) -> Recommendation | None:
+        changes.append(change)
+        notes.append(note)
+        if attempt(" + ".join(changes) if len(changes) > 1 else label, current):
+            return Recommendation("data parallelism", list(changes), reasons + notes + [
+                f"With {' and '.join(changes)} it needs {_gb(current.bytes().total)}, which fits."], 1, tried)
+        return None
+
     # 1. Hyperparameters: an optimizer with less state (the number of layers is the other lever, in the caller's hands).
     if needs.optimizer != "sgd" and can_change_optimizer:
-        lighter = replace(needs, optimizer="sgd")
-        if attempt("plain SGD instead of " + needs.optimizer + " (no optimizer state)", lighter):
-            return Recommendation("data parallelism", [f"an optimizer without state (SGD instead of {needs.optimizer})"],
-                                  reasons + [f"Without optimizer state it needs {_gb(lighter.bytes().total)}, which fits; "
-                                             "check that training still converges as well (tune the learning rate)."],
-                                  1, tried)
+        current = replace(current, optimizer="sgd")
+        found = fits_now("plain SGD instead of " + needs.optimizer + " (no optimizer state)",
+                         f"an optimizer without state (SGD instead of {needs.optimizer})",
+                         "Check that training still converges as well without optimizer state (tune the learning rate).")
+        if found:
+            return found
     # 2. A smaller batch, not below min_batch.
-    per_example = base.activations / needs.batch_size
+    states = sum(getattr(current.bytes(), k) for k in ("parameters", "gradients", "optimizer"))
+    per_example = current.bytes().activations / current.batch_size
     if per_example > 0 and states < usable:
-        fitting = int((usable - states) // per_example)
-        if fitting >= min_batch:
-            b = min(fitting, needs.batch_size - 1)
-            attempt(f"batch {b}", replace(needs, batch_size=b))
-            return Recommendation("data parallelism", [f"batch of {b} per device instead of {needs.batch_size}"],
-                                  reasons + [f"With a batch of {b} it needs {_gb(replace(needs, batch_size=b).bytes().total)}, "
-                                             "which fits. Use more devices to keep the global batch, and do not go so "
-                                             "small that training suffers."], 1, tried)
-        attempt(f"batch {min_batch} (the smallest allowed)", replace(needs, batch_size=min_batch))
+        b = max(min_batch, min(int((usable - states) // per_example), current.batch_size - 1))
+        if b < current.batch_size:
+            current = replace(current, batch_size=b)
+            found = fits_now(f"batch {b}", f"a batch of {b} per device instead of {needs.batch_size}",
+                             "Use more devices to keep the global batch, and do not go so small that training suffers.")
+            if found:
+                return found
     if states >= usable:
         reasons.append(f"The weights, gradients and optimizer state alone need {_gb(states)}: no smaller batch, "
                        "input or precision of the activations can make it fit.")
-    # 3. A smaller input (shorter sequences, lower resolution, smaller embeddings).
-    if input_shrink is not None:
-        smaller = replace(needs, activations_per_example=needs.activations_per_example * input_shrink)
-        if attempt(f"input reduced to {input_shrink:.0%} of the activations", smaller):
-            return Recommendation("data parallelism", [f"a smaller input ({input_shrink:.0%} of the activations)"],
-                                  reasons + [f"With the smaller input it needs {_gb(smaller.bytes().total)}, which fits."],
-                                  1, tried)
-    # 4. Mixed precision: activations in 16 bits (Keras keeps the variables and their updates in float32).
-    if needs.activation_bytes > 2 and per_example > 0:
-        half = replace(needs, activation_bytes=2)
-        if attempt("mixed precision (16-bit activations)", half):
-            return Recommendation("data parallelism", ["mixed precision"],
-                                  reasons + [f"With 16-bit activations it needs {_gb(half.bytes().total)}, which fits "
-                                             "(and runs faster on hardware with 16-bit units)."], 1, tried)
+    else:
+        # 3. A smaller input (shorter sequences, lower resolution, smaller embeddings).
+        if input_shrink is not None:
+            current = replace(current, activations_per_example=current.activations_per_example * input_shrink)
+            found = fits_now(f"input reduced to {input_shrink:.0%} of the activations",
+                             f"a smaller input ({input_shrink:.0%} of the activations)",
+                             "A smaller input changes what the model sees: check the accuracy it keeps.")
+            if found:
+                return found
+        # 4. Mixed precision: activations in 16 bits (Keras keeps the variables and their updates in float32).
+        if current.activation_bytes > 2 and per_example > 0:
+            current = replace(current, activation_bytes=2)
+            found = fits_now("mixed precision (16-bit activations)", "mixed precision",
+                             "Mixed precision also runs faster on hardware with 16-bit units (lesson 06).")
+            if found:
+                return found
     # 5. Model parallelism: split the layers (and their state) over devices, pipelined with micro-batches.
     devices = max(2, math.ceil(base.total / usable))
     tried.append((f"model parallelism over {devices} devices", base.total / devices, True))

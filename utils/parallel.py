@@ -177,6 +177,8 @@ def train_data_parallel(strategy, build_model: Callable[[], object], x: np.ndarr
     diff = 0.0
     for var in model.trainable_variables:
         copies = [v.numpy() for v in strategy.experimental_local_results(var.value)]
+        if len(copies) != strategy.num_replicas_in_sync:  # one copy per replica, or the comparison means nothing
+            raise RuntimeError(f"{var.path} has {len(copies)} local copies for {strategy.num_replicas_in_sync} replicas")
         diff = max(diff, max(float(np.max(np.abs(c - copies[0]))) for c in copies))
     return DataParallelRun(train_loss, val_loss, seconds, k, diff, lrs, [w.copy() for w in model.get_weights()])
 
@@ -216,9 +218,22 @@ class Stage:
 
 
 def split_model(model, devices: Sequence[str]) -> list[Stage]:
-    """Split a sequential Keras model's layers into one contiguous stage per device (explicit placement)."""
+    """Split a sequential Keras model into one contiguous stage per device: each stage's layers are copies
+    whose weights are created on that stage's device (explicit placement), with the original's values."""
+    import tensorflow as tf  # noqa: PLC0415
+
     layers = [layer for layer in model.layers if layer.__class__.__name__ != "InputLayer"]
-    return [Stage(layers[a:b], devices[i]) for i, (a, b) in enumerate(stage_bounds(len(layers), len(devices)))]
+    stages = []
+    for i, (a, b) in enumerate(stage_bounds(len(layers), len(devices))):
+        placed = []
+        with tf.device(devices[i]):
+            for layer in layers[a:b]:
+                copy = layer.__class__.from_config(layer.get_config())
+                copy.build(layer.input.shape)
+                copy.set_weights(layer.get_weights())
+                placed.append(copy)
+        stages.append(Stage(placed, devices[i]))
+    return stages
 
 
 def run_split(stages: Sequence[Stage], x) -> tuple[object, list[dict[str, object]]]:
@@ -231,8 +246,9 @@ def run_split(stages: Sequence[Stage], x) -> tuple[object, list[dict[str, object
         with tf.device(stage.device):
             for layer in stage.layers:
                 h = layer(h)
-                where.append({"stage": s, "layer": layer.name, "requested": stage.device, "ran_on": h.device,
-                              "output_shape": tuple(h.shape)})
+                where.append({"stage": s, "layer": layer.name, "requested": stage.device,
+                              "weights_on": layer.weights[0].value.device if layer.weights else "",
+                              "ran_on": h.device, "output_shape": tuple(h.shape)})
     return h, where
 
 
