@@ -1,6 +1,40 @@
 """Helpers shared by the course notebooks: data, models, launching workers, checks."""
 import os
+import sys
+import tempfile
 
 # Quiet TensorFlow's start-up chatter (C++ INFO and WARNING lines) in notebooks and their workers;
 # errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 before importing utils to see everything.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+#: Lines TensorFlow prints while it starts, whatever TF_CPP_MIN_LOG_LEVEL says (they come before its
+#: logging is set up). The launcher hides them from workers' output; notebooks import TensorFlow quietly.
+TF_STARTUP_NOISE = ("absl::InitializeLog", "cpu_feature_guard", "To enable the following instructions",
+                    "oneDNN custom operations", "TF_ENABLE_ONEDNN_OPTS", "Unable to register cu",
+                    "computation placer already registered", "could not find cuda drivers")
+
+
+def _import_tensorflow_quietly() -> None:
+    """Import TensorFlow with its start-up lines hidden; any other line it prints (an error) still shows."""
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401, PLC0415
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        for line in captured.read().decode(errors="replace").splitlines():
+            if line.strip() and not any(noise in line for noise in TF_STARTUP_NOISE):
+                print(line, file=sys.stderr)
+
+
+# In a notebook (an IPython kernel), TensorFlow's start-up lines would appear under the first cell that
+# imports it: import it now, quietly. Importing does not start its runtime, so devices can still be configured.
+if "ipykernel" in sys.modules and "tensorflow" not in sys.modules:
+    try:
+        _import_tensorflow_quietly()
+    except ImportError:
+        pass  # the lessons that need TensorFlow say so themselves

@@ -23,12 +23,12 @@ from typing import Any, Callable, Sequence
 
 import psutil
 
+from utils import TF_STARTUP_NOISE
+
 #: Environment variable that marks every process of one run, so clean-up finds them all.
 RUN_MARKER = "COURSE_LAUNCH_RUN_ID"
 #: Lines of TensorFlow start-up chatter that are not shown when output is streamed.
-NOISE = ("absl::InitializeLog", "cpu_feature_guard", "To enable the following instructions",
-         "oneDNN custom operations", "TF_ENABLE_ONEDNN_OPTS", "Unable to register cu",
-         "computation placer already registered", "could not find cuda drivers")
+NOISE = TF_STARTUP_NOISE
 LOG_TAIL_LINES = 25
 
 
