@@ -5,7 +5,9 @@
     python scripts/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
 
 The file records the machine (CPU model, usable cores) and the TensorFlow version with each time,
-so that 00_start_here can show the durations together with the hardware that produced them.
+so that 00_start_here can show the durations together with the hardware that produced them, and the
+peak memory of the notebook's processes (its kernel and every worker the kernel starts), sampled
+twice a second.
 """
 from __future__ import annotations
 
@@ -13,15 +15,45 @@ import argparse
 import datetime as dt
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat  # noqa: E402
+import psutil  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
 from utils import course, envinfo  # noqa: E402
+
+
+class PeakMemory:
+    """Sample the resident memory of this process's descendants (kernel and workers) until stopped."""
+
+    def __init__(self, every: float = 0.5):
+        self.peak, self.every, self._stop = 0, every, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.is_set():
+            total = 0
+            for proc in me.children(recursive=True):
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "PeakMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def main() -> None:
@@ -42,15 +74,17 @@ def main() -> None:
         nb = nbformat.read(path, as_version=4)
         print(f"{name} ({args.mode}) ...", flush=True)
         start = time.perf_counter()
-        NotebookClient(nb, timeout=args.cell_timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(course.NOTEBOOKS)}}).execute()
+        with PeakMemory() as memory:
+            NotebookClient(nb, timeout=args.cell_timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(course.NOTEBOOKS)}}).execute()
         seconds = time.perf_counter() - start
-        print(f"{name} ({args.mode}): {seconds:.0f} s", flush=True)
+        print(f"{name} ({args.mode}): {seconds:.0f} s, peak memory {memory.peak / 2**20:,.0f} MiB", flush=True)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, args.save / f"{path.stem}.{args.mode}.ipynb")
         course.record_duration({
             "notebook": name, "mode": args.mode, "seconds": f"{seconds:.1f}",
+            "peak_memory_mib": f"{memory.peak / 2**20:.0f}",
             "cpu_model": cpu.model, "usable_cores": str(cpu.usable_cores),
             "date": dt.date.today().isoformat(),
             "tensorflow": envinfo.versions()["TensorFlow"] or "",

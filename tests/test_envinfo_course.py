@@ -64,7 +64,7 @@ def test_read_lesson_extracts_title_and_objectives(tmp_path):
 
 def test_durations_round_trip(tmp_path):
     path = tmp_path / "d.csv"
-    row = {"notebook": "01_a.ipynb", "mode": "smoke", "seconds": "12.5", "cpu_model": "cpu",
+    row = {"notebook": "01_a.ipynb", "mode": "smoke", "seconds": "12.5", "peak_memory_mib": "900", "cpu_model": "cpu",
            "usable_cores": "2", "date": "2026-01-01", "tensorflow": "2.21.0"}
     course.record_duration(row, path)
     course.record_duration({**row, "seconds": "14.0"}, path)  # replaces, does not append
@@ -74,6 +74,7 @@ def test_durations_round_trip(tmp_path):
     assert course.duration_of("01_a.ipynb", "smoke", rows) == 14.0
     assert course.duration_of("01_a.ipynb", "full", rows) == 300.0
     assert course.duration_of("99_none.ipynb", "full", rows) is None
+    assert course.peak_memory_of("01_a.ipynb", "full", rows) == 900.0
 
 
 def test_durations_file_with_missing_columns_says_how_to_fix(tmp_path):

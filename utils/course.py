@@ -11,7 +11,7 @@ from utils.mode import REPO_ROOT
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
 DURATIONS = REPO_ROOT / "data" / "notebook_durations.csv"
-DURATION_FIELDS = ["notebook", "mode", "seconds", "cpu_model", "usable_cores", "date", "tensorflow"]
+DURATION_FIELDS = ["notebook", "mode", "seconds", "peak_memory_mib", "cpu_model", "usable_cores", "date", "tensorflow"]
 
 
 @dataclass
@@ -61,6 +61,14 @@ def duration_of(notebook: str, mode: str, rows: list[dict[str, str]] | None = No
     rows = read_durations() if rows is None else rows
     times = [float(r["seconds"]) for r in rows if r["notebook"] == notebook and r["mode"] == mode]
     return times[-1] if times else None
+
+
+def peak_memory_of(notebook: str, mode: str, rows: list[dict[str, str]] | None = None) -> float | None:
+    """The latest measured peak memory (MiB) of `notebook`'s processes in `mode`, or None."""
+    rows = read_durations() if rows is None else rows
+    found = [float(r["peak_memory_mib"]) for r in rows
+             if r["notebook"] == notebook and r["mode"] == mode and r.get("peak_memory_mib")]
+    return found[-1] if found else None
 
 
 def record_duration(row: dict[str, str], path: Path = DURATIONS) -> None:
