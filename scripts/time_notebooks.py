@@ -6,8 +6,8 @@
 
 The file records the machine (CPU model, usable cores) and the TensorFlow version with each time,
 so that 00_start_here can show the durations together with the hardware that produced them, and the
-peak memory of the notebook's processes (its kernel and every worker the kernel starts), sampled
-twice a second.
+peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
+proportional set sizes summed), sampled twice a second.
 """
 from __future__ import annotations
 
@@ -28,8 +28,17 @@ from nbclient import NotebookClient  # noqa: E402
 from utils import course, envinfo  # noqa: E402
 
 
+def _memory_of(proc: psutil.Process) -> int:
+    """A process's share of memory: PSS where the system reports it (Linux: shared pages, such as
+    TensorFlow's libraries in every worker, are divided among the processes that share them), else RSS."""
+    try:
+        return proc.memory_full_info().pss
+    except (AttributeError, psutil.AccessDenied):
+        return proc.memory_info().rss
+
+
 class PeakMemory:
-    """Sample the resident memory of this process's descendants (kernel and workers) until stopped."""
+    """Sample the memory of this process's descendants (kernel and workers) until stopped."""
 
     def __init__(self, every: float = 0.5):
         self.peak, self.every, self._stop = 0, every, threading.Event()
@@ -41,7 +50,7 @@ class PeakMemory:
             total = 0
             for proc in me.children(recursive=True):
                 try:
-                    total += proc.memory_info().rss
+                    total += _memory_of(proc)
                 except psutil.Error:
                     pass
             self.peak = max(self.peak, total)
