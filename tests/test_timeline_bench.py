@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import needs_horovod
 
-from utils import launch, mode, timeline
+from utils import mode, timeline
 
 EVENTS = [
     {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "grad_0"}},

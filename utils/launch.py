@@ -355,10 +355,10 @@ def _horovodrun_failure(output: str) -> tuple[int, str] | None:
 def _ranks_still_running(run_id: str) -> list[int]:
     """Horovod ranks of a run that are still alive (horovodrun gives each its HOROVOD_RANK)."""
     ranks = set()
-    for proc in psutil.process_iter():
+    for proc in _processes_of_run(run_id, []):
         try:
             env = proc.environ()
-            if env.get(RUN_MARKER) == run_id and "HOROVOD_RANK" in env and proc.status() != psutil.STATUS_ZOMBIE:
+            if "HOROVOD_RANK" in env and proc.status() != psutil.STATUS_ZOMBIE:
                 ranks.add(int(env["HOROVOD_RANK"]))
         except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError, ValueError):
             continue
