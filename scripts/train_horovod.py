@@ -4,9 +4,10 @@
 
 The single-worker script (train_single.py) with the changes marked `# Horovod:`. --batch-size is per
 rank; --lr is the single-worker rate, scaled by the number of ranks after a warm-up. In a SageMaker
-job it reads its data and folders from the SM_* variables (utils.jobenv). Prints one line per epoch
+job it reads its data and folders from the SM_* variables (utils.job). Prints one line per epoch
 (rank 0) and a line `RESULT {json}` per rank.
 """
+
 import argparse
 import json
 import os
@@ -18,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import checkpoint, data, hvd_keras, hyperparams, jobenv, model
+from utils import checkpoint, data, hvd_keras, job, model
 
 # Horovod: start, and learn this process's rank among `size` ranks.
 hvd.init()
@@ -42,11 +43,14 @@ parser.add_argument("--checkpoint-dir", default="")
 parser.add_argument("--warmup-epochs", type=float, default=1.0)  # Horovod: warm-up of the scaled rate
 parser.add_argument("--die-at-epoch", type=int, default=0)  # for the fault-tolerance demonstration
 parser.add_argument("--die-rank", type=int, default=1)
-args = hyperparams.parse(parser)  # SageMaker: hyperparameters also come from SM_HPS
-paths = jobenv.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of a job
+args = job.parse(parser)  # SageMaker: hyperparameters also come from SM_HPS
+paths = job.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of a job
 
-values = data.synthetic_series(args.data_size, seed=args.seed) if args.data_size else \
-    data.load_series(paths.data_file)["temperature_f"].to_numpy()
+values = (
+    data.synthetic_series(args.data_size, seed=args.seed)
+    if args.data_size
+    else data.load_series(paths.data_file)["temperature_f"].to_numpy()
+)
 splits = data.prepare(values)
 # Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank). All
 # shards have the same length, so every rank takes the same number of steps (and allreduces).
@@ -66,15 +70,19 @@ if paths.checkpoint_dir:
         net, initial_epoch = keras.models.load_model(resume.model_path), resume.epoch
         print(f"resuming after epoch {initial_epoch}", flush=True)
     # Horovod: one writer, rank 0
-    callbacks.append(checkpoint.EpochCheckpoint(paths.checkpoint_dir, write=hvd.rank() == 0,
-                                                history=resume.history if resume else None))
+    callbacks.append(
+        checkpoint.EpochCheckpoint(
+            paths.checkpoint_dir, write=hvd.rank() == 0, history=resume.history if resume else None
+        )
+    )
 
 steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
 callbacks = [
     hvd_keras.BroadcastInitialState(root_rank=0),  # Horovod: every rank starts from rank 0's state
     # Horovod: learning rate x size (the global batch is size x larger), reached after a warm-up.
-    hvd_keras.WarmupScaledLR(args.lr, hvd.size(), int(args.warmup_epochs * steps_per_epoch),
-                             initial_step=initial_epoch * steps_per_epoch),
+    hvd_keras.WarmupScaledLR(
+        args.lr, hvd.size(), int(args.warmup_epochs * steps_per_epoch), initial_step=initial_epoch * steps_per_epoch
+    ),
     hvd_keras.AverageMetrics(),  # Horovod: report metrics averaged over the ranks
 ] + callbacks
 
@@ -97,16 +105,37 @@ class EpochLine(keras.callbacks.Callback):
         logs["step_seconds"] = float(np.median(self.steps[1:-1] or self.steps))  # full batches only
         if hvd.rank() != 0:  # Horovod: log on rank 0 only
             return
-        print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
-              f"({logs['samples_per_s']:.0f} samples/s)", flush=True)
+        print(
+            f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
+            f"({logs['samples_per_s']:.0f} samples/s)",
+            flush=True,
+        )
 
 
-history = net.fit(train, validation_data=val, epochs=args.epochs, initial_epoch=initial_epoch,
-                  callbacks=callbacks + [EpochLine()], verbose=0, shuffle=False)
+history = net.fit(
+    train,
+    validation_data=val,
+    epochs=args.epochs,
+    initial_epoch=initial_epoch,
+    callbacks=callbacks + [EpochLine()],
+    verbose=0,
+    shuffle=False,
+)
 if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the model for deployment
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
-print("RESULT " + json.dumps({
-    "rank": hvd.rank(), "size": hvd.size(), "loss": history.history["loss"], "val_loss": history.history["val_loss"],
-    "samples_per_s": history.history["samples_per_s"], "step_seconds": history.history["step_seconds"],
-    "batch": args.batch_size, "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
-}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": hvd.rank(),
+            "size": hvd.size(),
+            "loss": history.history["loss"],
+            "val_loss": history.history["val_loss"],
+            "samples_per_s": history.history["samples_per_s"],
+            "step_seconds": history.history["step_seconds"],
+            "batch": args.batch_size,
+            "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+        }
+    ),
+    flush=True,
+)

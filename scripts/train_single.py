@@ -5,6 +5,7 @@
 Prints one line per epoch and, at the end, a line `RESULT {json}` with the losses and throughput.
 Checkpoints after every epoch to --checkpoint-dir and resumes from the last one if it exists.
 """
+
 import argparse
 import json
 import time
@@ -26,8 +27,11 @@ parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--checkpoint-dir", default="")
 args = parser.parse_args()
 
-values = data.synthetic_series(args.data_size, seed=args.seed) if args.data_size else \
-    data.load_series()["temperature_f"].to_numpy()
+values = (
+    data.synthetic_series(args.data_size, seed=args.seed)
+    if args.data_size
+    else data.load_series()["temperature_f"].to_numpy()
+)
 splits = data.prepare(values)
 x_train, y_train = splits.x_train, splits.y_train
 train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
@@ -58,14 +62,35 @@ class EpochLine(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs["samples_per_s"] = len(x_train) / (self.last - self.start)
         logs["step_seconds"] = float(np.median(self.steps[1:-1] or self.steps))  # full batches only
-        print(f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
-              f"({logs['samples_per_s']:.0f} samples/s)", flush=True)
+        print(
+            f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
+            f"({logs['samples_per_s']:.0f} samples/s)",
+            flush=True,
+        )
 
 
-history = net.fit(train, validation_data=val, epochs=args.epochs, initial_epoch=initial_epoch,
-                  callbacks=callbacks + [EpochLine()], verbose=0, shuffle=False)
-print("RESULT " + json.dumps({
-    "rank": 0, "size": 1, "loss": history.history["loss"], "val_loss": history.history["val_loss"],
-    "samples_per_s": history.history["samples_per_s"], "step_seconds": history.history["step_seconds"],
-    "batch": args.batch_size, "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
-}), flush=True)
+history = net.fit(
+    train,
+    validation_data=val,
+    epochs=args.epochs,
+    initial_epoch=initial_epoch,
+    callbacks=callbacks + [EpochLine()],
+    verbose=0,
+    shuffle=False,
+)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": 0,
+            "size": 1,
+            "loss": history.history["loss"],
+            "val_loss": history.history["val_loss"],
+            "samples_per_s": history.history["samples_per_s"],
+            "step_seconds": history.history["step_seconds"],
+            "batch": args.batch_size,
+            "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+        }
+    ),
+    flush=True,
+)

@@ -1,4 +1,5 @@
 """Shared test settings: tests that need Horovod skip where it could not be built, except in CI."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Checkpoints: one per epoch, resumed from the last complete one, never half-written."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,15 @@ def _fit(folder, epochs, initial_epoch=0, net=None, history=None):
     y = x[:, :24]
     if net is None:
         net = course_model.compile_forecaster(course_model.build_forecaster(width=8, depth=1, seed=0))
-    net.fit(x, y, epochs=epochs, initial_epoch=initial_epoch, batch_size=32, verbose=0,
-            callbacks=[checkpoint.EpochCheckpoint(folder, history=history)])
+    net.fit(
+        x,
+        y,
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        batch_size=32,
+        verbose=0,
+        callbacks=[checkpoint.EpochCheckpoint(folder, history=history)],
+    )
     return net
 
 
@@ -54,8 +62,13 @@ def test_a_crash_before_the_state_is_replaced_leaves_the_previous_checkpoint(tmp
 
     monkeypatch.setattr(checkpoint.os, "replace", crash_on_state)
     with pytest.raises(KeyboardInterrupt):
-        _fit(tmp_path, 2, initial_epoch=1, net=keras.models.load_model(checkpoint.latest(tmp_path).model_path),
-             history=checkpoint.latest(tmp_path).history)
+        _fit(
+            tmp_path,
+            2,
+            initial_epoch=1,
+            net=keras.models.load_model(checkpoint.latest(tmp_path).model_path),
+            history=checkpoint.latest(tmp_path).history,
+        )
     resume = checkpoint.latest(tmp_path)
     assert resume.epoch == 1 and resume.model_path.exists()
     keras.models.load_model(resume.model_path)  # complete and loadable

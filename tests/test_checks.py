@@ -1,4 +1,5 @@
 """Exercise checks accept right answers, reject wrong ones and guide unanswered ones."""
+
 from utils import checks
 
 

@@ -1,4 +1,5 @@
 """The alpha-beta fit recovers known parameters; the cluster formulas behave as derived."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """The course dataset loads as its provenance says; bad files get helpful errors; windows are right."""
+
 from __future__ import annotations
 
 import hashlib
@@ -62,16 +63,19 @@ def test_file_cut_mid_line_is_reported(copy):
         data.load_series(copy)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda t: t.replace("timestamp,temperature_f,filled", "time,temp,filled"), "columns"),
-    (lambda t: t.replace("2010-01-01 05:00", "2010-01-01 5 o'clock"), "not `YYYY-MM-DD HH:MM`"),
-    (lambda t: t.replace("2010-01-01 05:00", "2010-01-01 04:00", 1), "increase by exactly one hour"),
-    (lambda t: t.replace("2010-01-01 00:00,39.4", "2010-01-01 00:00,warm"), "not a number"),
-    (lambda t: t.replace("2010-01-01 00:00,39.4", "2010-01-01 00:00,"), "missing or not a number"),
-    (lambda t: t.replace("2010-01-01 00:00,39.4,0", "2010-01-01 00:00,39.4,7"), "only 0 or 1"),
-    (lambda t: "", "empty"),
-    (lambda t: t.splitlines()[0] + "\n", "no rows"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda t: t.replace("timestamp,temperature_f,filled", "time,temp,filled"), "columns"),
+        (lambda t: t.replace("2010-01-01 05:00", "2010-01-01 5 o'clock"), "not `YYYY-MM-DD HH:MM`"),
+        (lambda t: t.replace("2010-01-01 05:00", "2010-01-01 04:00", 1), "increase by exactly one hour"),
+        (lambda t: t.replace("2010-01-01 00:00,39.4", "2010-01-01 00:00,warm"), "not a number"),
+        (lambda t: t.replace("2010-01-01 00:00,39.4", "2010-01-01 00:00,"), "missing or not a number"),
+        (lambda t: t.replace("2010-01-01 00:00,39.4,0", "2010-01-01 00:00,39.4,7"), "only 0 or 1"),
+        (lambda t: "", "empty"),
+        (lambda t: t.splitlines()[0] + "\n", "no rows"),
+    ],
+)
 def test_malformed_files_get_specific_errors(copy, bad, message):
     copy.write_text(bad(copy.read_text()))
     with pytest.raises(data.DatasetError, match=message) as err:
@@ -80,7 +84,11 @@ def test_malformed_files_get_specific_errors(copy, bad, message):
 
 
 def test_synthetic_series_is_deterministic_sized_and_like_the_real_one():
-    a, b, c = data.synthetic_series(5000, seed=1), data.synthetic_series(5000, seed=1), data.synthetic_series(5000, seed=2)
+    a, b, c = (
+        data.synthetic_series(5000, seed=1),
+        data.synthetic_series(5000, seed=1),
+        data.synthetic_series(5000, seed=2),
+    )
     assert a.shape == (5000,) and np.array_equal(a, b) and not np.array_equal(a, c)
     assert data.synthetic_series(0).shape == (0,)
     assert data.synthetic_series(3 * 8760 + 7).shape == (3 * 8760 + 7,)
@@ -105,11 +113,14 @@ def test_windows_match_the_series_by_hand():
     assert x[-1].tolist() == [5, 6, 7] and y[-1].tolist() == [8, 9]
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lookback": 0, "horizon": 1}, "lookback"),
-    ({"lookback": 3, "horizon": 0}, "horizon"),
-    ({"lookback": 8, "horizon": 3}, "too short"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lookback": 0, "horizon": 1}, "lookback"),
+        ({"lookback": 3, "horizon": 0}, "horizon"),
+        ({"lookback": 8, "horizon": 3}, "too short"),
+    ],
+)
 def test_bad_window_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):
         data.make_windows(np.arange(10.0), **kwargs)
@@ -139,10 +150,10 @@ def test_to_dataset_batches_and_shuffles_reproducibly():
 def test_shards_are_equal_disjoint_and_cover_all_but_the_remainder(n, size):
     x = np.arange(n)[:, None].astype(float)
     shards = [data.shard(x, x[:, 0], r, size) for r in range(size)]
-    assert len({len(s[0]) for s in shards}) == 1                      # same number of steps on every rank
+    assert len({len(s[0]) for s in shards}) == 1  # same number of steps on every rank
     taken = np.concatenate([s[1] for s in shards])
-    assert len(set(taken)) == len(taken) == n // size * size           # disjoint, nothing lost but the remainder
-    assert all(np.array_equal(s[0][:, 0], s[1]) for s in shards)       # x and y stay paired
+    assert len(set(taken)) == len(taken) == n // size * size  # disjoint, nothing lost but the remainder
+    assert all(np.array_equal(s[0][:, 0], s[1]) for s in shards)  # x and y stay paired
 
 
 def test_shard_rejects_bad_arguments():

@@ -1,4 +1,5 @@
 """The environment's pins live in one place, and environment.yml follows them."""
+
 from __future__ import annotations
 
 import re
@@ -43,7 +44,9 @@ def test_environment_yml_matches_requirements():
     pins = requirement_pins()
     tools = {k: v for k, v in pins.items() if k in ("pip", "setuptools", "wheel")}
     others = {k: v for k, v in pins.items() if k not in tools}
-    assert sorted(conda_pins) == sorted(tools.values()), "environment.yml's pip/setuptools/wheel differ from requirements.txt"
+    assert sorted(conda_pins) == sorted(tools.values()), (
+        "environment.yml's pip/setuptools/wheel differ from requirements.txt"
+    )
     assert sorted(pip_section) == sorted(others.values()), (
         "environment.yml's pip section differs from requirements.txt: "
         f"only in environment.yml {sorted(set(pip_section) - set(others.values()))}, "
@@ -52,6 +55,6 @@ def test_environment_yml_matches_requirements():
 
 
 def test_environment_yml_and_build_script_agree_on_python():
-    setup = (REPO / "scripts" / "setup_env.sh").read_text()
+    setup = (REPO / "tools" / "setup_env.sh").read_text()
     assert "(3, 11)" in setup
     assert "python=3.11" in (REPO / "environment.yml").read_text()

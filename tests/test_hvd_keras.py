@@ -1,12 +1,12 @@
 """The Keras 3 bridge keeps ranks identical, and 2 ranks with SGD equal 1 rank on the same global batch."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import needs_horovod
 
 from utils import launch
-
-from conftest import needs_horovod
 
 pytestmark = needs_horovod
 
@@ -14,7 +14,6 @@ pytestmark = needs_horovod
 def _train(per_rank_batch: int, steps: int, optimizer: str, broadcast: bool, seed_by_rank: bool):
     """Train a small forecaster on this rank's shard; return its final weights."""
     import horovod.tensorflow as hvd
-    import keras
     import numpy as np
 
     from utils import data, hvd_keras, model
@@ -23,13 +22,18 @@ def _train(per_rank_batch: int, steps: int, optimizer: str, broadcast: bool, see
     rng = np.random.default_rng(0)
     x = rng.normal(size=(per_rank_batch * hvd.size() * steps, 8)).astype("float32")
     y = (x[:, :2] * 0.5 + 0.1).astype("float32")
-    xs, ys = x[hvd.rank()::hvd.size()], y[hvd.rank()::hvd.size()]
+    xs, ys = x[hvd.rank() :: hvd.size()], y[hvd.rank() :: hvd.size()]
     seed = hvd.rank() if seed_by_rank else 0  # different initial weights on purpose: the broadcast must fix them
     net = hvd_keras.distributed(model.build_forecaster(lookback=8, horizon=2, width=16, depth=1, seed=seed))
     model.compile_forecaster(net, learning_rate=0.05, optimizer=optimizer)
     callbacks = [hvd_keras.BroadcastInitialState()] if broadcast else []
-    net.fit(data.to_dataset(xs, ys, per_rank_batch), epochs=1, verbose=0, shuffle=False,
-            callbacks=callbacks + [hvd_keras.AverageMetrics()])
+    net.fit(
+        data.to_dataset(xs, ys, per_rank_batch),
+        epochs=1,
+        verbose=0,
+        shuffle=False,
+        callbacks=callbacks + [hvd_keras.AverageMetrics()],
+    )
     return [w.tolist() for w in net.get_weights()]
 
 

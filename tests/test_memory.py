@@ -1,19 +1,24 @@
 """Per-device training memory and the strategy advice: exact byte counts and each branch of the advice."""
+
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import pytest
-from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
 from utils import memory
 from utils.memory import LayerNeeds, MemoryNeeds, recommend_strategy
-from utils.mode import REPO_ROOT
+from utils.paths import REPO_ROOT
 
-LAYERS = [LayerNeeds("input", 0, 48), LayerNeeds("h0", 48 * 8 + 8, 8), LayerNeeds("h1", 8 * 8 + 8, 8),
-          LayerNeeds("out", 8 * 24 + 24, 24)]
+LAYERS = [
+    LayerNeeds("input", 0, 48),
+    LayerNeeds("h0", 48 * 8 + 8, 8),
+    LayerNeeds("h1", 8 * 8 + 8, 8),
+    LayerNeeds("out", 8 * 24 + 24, 24),
+]
 PARAMS = 392 + 72 + 216
 
 

@@ -1,4 +1,5 @@
 """The baseline forecaster builds, trains, and beats trivial predictors on the course data."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -41,8 +42,9 @@ def test_seasonal_naive_repeats_yesterday():
 def test_training_lowers_validation_loss_and_beats_the_mean(splits, capsys):
     m = model.compile_forecaster(model.build_forecaster(width=32, depth=1, seed=0), learning_rate=3e-3)
     before = model.mse(m.predict(splits.x_val, verbose=0), splits.y_val)
-    result = model.train_forecaster(m, splits.x_train, splits.y_train, splits.x_val, splits.y_val,
-                                    epochs=4, batch_size=64)
+    result = model.train_forecaster(
+        m, splits.x_train, splits.y_train, splits.x_val, splits.y_val, epochs=4, batch_size=64
+    )
     assert "epoch 4/4" in capsys.readouterr().out
     assert len(result.history["val_loss"]) == 4 and result.seconds > 0
     assert result.final_val_loss < before

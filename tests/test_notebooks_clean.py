@@ -1,4 +1,5 @@
 """Notebooks are stored without outputs and follow the lesson scaffold of the course."""
+
 from __future__ import annotations
 
 import json
@@ -40,9 +41,39 @@ def test_scaffold(path: Path):
     headings = re.findall(r"^#{2,3}\s+(.+?)\s*$", md, re.M)
     for section in SECTIONS:
         assert any(h.startswith(section) for h in headings), f"{path.name} lacks a '## {section}' section"
-    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "describe()" in code, f"{path.name} must print its run mode (utils.mode.describe())"
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    code = "\n".join(cells)
+    assert f'lesson.start("{path.name}"' in cells[0], (
+        f'{path.name}\'s first code cell must call lesson.start("{path.name}", ...): it prints the mode, '
+        "the measured run time and the machine"
+    )
     assert "pip install" not in code, f"{path.name} must not pip install: pins live in requirements.txt"
+
+
+#: "About 25 lines" at most per code cell: heavy code belongs in utils or in a script the lesson shows.
+MAX_CELL_LINES = 30
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_cells_are_short(path: Path):
+    nb = json.loads(path.read_text())
+    long = [
+        (i, n)
+        for i, c in enumerate(nb["cells"])
+        if c["cell_type"] == "code" and (n := len("".join(c["source"]).splitlines())) > MAX_CELL_LINES
+    ]
+    assert not long, (
+        f"{path.name}: cells (index, lines) {long} are longer than {MAX_CELL_LINES} lines; split them "
+        "or move their logic into utils"
+    )
+
+
+def test_no_notebook_imports_a_file_by_path():
+    for path in NOTEBOOKS:
+        code = "\n".join(
+            "".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+        )
+        assert "spec_from_file_location" not in code and "sys.path" not in code, f"{path.name} imports a file by path"
 
 
 def test_readme_lists_every_notebook():

@@ -1,4 +1,5 @@
 """The ring allreduce sums correctly for any N, K and float dtype, and its traffic matches the formulas."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,13 @@ TOL = {np.float16: 2e-2, np.float32: 1e-5, np.float64: 1e-12}
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(1, 8), k=st.integers(0, 64), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
-       seed=st.integers(0, 2**32 - 1), average=st.booleans())
+@given(
+    n=st.integers(1, 8),
+    k=st.integers(0, 64),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+    average=st.booleans(),
+)
 def test_ring_equals_numpy_sum_and_counts_match_the_closed_form(n, k, dtype, seed, average):
     rng = np.random.default_rng(seed)
     arrays = [rng.uniform(-1, 1, size=k).astype(dtype) for _ in range(n)]
@@ -34,7 +40,7 @@ def test_ring_equals_numpy_sum_and_counts_match_the_closed_form(n, k, dtype, see
     if k % n == 0:
         assert all(v == ring.ring_traffic_ideal(n, k) for v in exact)
     assert max(exact) == ring.busiest_ring_traffic(n, k)
-    assert result.sent_values == ring.ring_traffic_per_phase(n, k)   # phase by phase, not only in total
+    assert result.sent_values == ring.ring_traffic_per_phase(n, k)  # phase by phase, not only in total
 
 
 def test_phases_by_hand():
@@ -73,12 +79,15 @@ def test_shapes_other_than_1d_are_summed_elementwise():
     assert ring.ring_allreduce(arrays).outputs[1].tolist() == [[3.0] * 3] * 2
 
 
-@pytest.mark.parametrize("arrays, error, message", [
-    ([], ValueError, "empty list"),
-    ([np.zeros(3), np.zeros(4)], ValueError, "same shape"),
-    ([np.zeros(3, np.float32), np.zeros(3, np.float64)], TypeError, "same dtype"),
-    ([np.zeros(3, np.int64), np.zeros(3, np.int64)], TypeError, "astype"),
-])
+@pytest.mark.parametrize(
+    "arrays, error, message",
+    [
+        ([], ValueError, "empty list"),
+        ([np.zeros(3), np.zeros(4)], ValueError, "same shape"),
+        ([np.zeros(3, np.float32), np.zeros(3, np.float64)], TypeError, "same dtype"),
+        ([np.zeros(3, np.int64), np.zeros(3, np.int64)], TypeError, "astype"),
+    ],
+)
 def test_bad_inputs_get_clear_errors(arrays, error, message):
     with pytest.raises(error, match=message):
         ring.ring_allreduce(arrays)
@@ -92,8 +101,11 @@ def test_reference_traffic_formulas():
 
 def _children():
     """Live child processes, but multiprocessing's long-lived resource tracker (one per parent)."""
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())}
+    return {
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())
+    }
 
 
 @pytest.mark.parametrize("n, k", [(2, 1000), (3, 1001), (4, 64)])

@@ -1,4 +1,5 @@
 """The Horovod training script runs unchanged inside a SageMaker job: data, hyperparameters and folders from SM_*."""
+
 from __future__ import annotations
 
 import json
@@ -6,9 +7,9 @@ import shutil
 
 from conftest import needs_horovod
 
-from utils import checkpoint, data, launch, mode
+from utils import checkpoint, data, launch, paths
 
-SCRIPTS = mode.REPO_ROOT / "scripts"
+SCRIPTS = paths.SCRIPTS
 
 
 @needs_horovod
@@ -17,13 +18,23 @@ def test_horovod_script_reads_the_sagemaker_environment(tmp_path):
     channel.mkdir(parents=True)
     model_dir.mkdir()
     shutil.copy(data.DATASET, channel / "series.csv")
-    env = {"SM_CHANNEL_TRAIN": str(channel), "SM_MODEL_DIR": str(model_dir),
-           "SM_OUTPUT_DATA_DIR": str(tmp_path / "output"), "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256})}
-    run = launch.launch_horovodrun(SCRIPTS / "train_horovod.py", 2, args=["--checkpoint-dir", str(tmp_path / "ck")],
-                                   env=env, timeout=180, stream=False)
+    env = {
+        "SM_CHANNEL_TRAIN": str(channel),
+        "SM_MODEL_DIR": str(model_dir),
+        "SM_OUTPUT_DATA_DIR": str(tmp_path / "output"),
+        "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256}),
+    }
+    run = launch.launch_horovodrun(
+        SCRIPTS / "train_horovod.py",
+        2,
+        args=["--checkpoint-dir", str(tmp_path / "ck")],
+        env=env,
+        timeout=180,
+        stream=False,
+    )
     ranks = run.records()
     assert [r["rank"] for r in ranks] == [0, 1]
     assert all(len(r["loss"]) == 1 and r["batch"] == 256 for r in ranks)  # hyperparameters from SM_HPS
     assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
-    assert (model_dir / "forecaster.keras").exists()                    # rank 0 saved the model for deployment
+    assert (model_dir / "forecaster.keras").exists()  # rank 0 saved the model for deployment
     assert checkpoint.latest(tmp_path / "ck").epoch == 1

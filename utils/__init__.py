@@ -1,4 +1,5 @@
 """Helpers shared by the course notebooks: data, models, launching workers, checks."""
+
 import os
 import sys
 import tempfile
@@ -9,9 +10,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 #: Lines TensorFlow prints while it starts, whatever TF_CPP_MIN_LOG_LEVEL says (they come before its
 #: logging is set up). The launcher hides them from workers' output; notebooks import TensorFlow quietly.
-TF_STARTUP_NOISE = ("absl::InitializeLog", "cpu_feature_guard", "To enable the following instructions",
-                    "oneDNN custom operations", "TF_ENABLE_ONEDNN_OPTS", "Unable to register cu",
-                    "computation placer already registered", "could not find cuda drivers")
+TF_STARTUP_NOISE = (
+    "absl::InitializeLog",
+    "cpu_feature_guard",
+    "To enable the following instructions",
+    "oneDNN custom operations",
+    "TF_ENABLE_ONEDNN_OPTS",
+    "Unable to register cu",
+    "computation placer already registered",
+    "could not find cuda drivers",
+)
 
 
 def _import_tensorflow_quietly() -> None:
@@ -21,7 +29,7 @@ def _import_tensorflow_quietly() -> None:
         saved = os.dup(2)
         os.dup2(captured.fileno(), 2)
         try:
-            import tensorflow  # noqa: F401, PLC0415
+            import tensorflow  # noqa: F401
         finally:
             os.dup2(saved, 2)
             os.close(saved)

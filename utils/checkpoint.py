@@ -5,6 +5,7 @@ A checkpoint folder holds `epoch-NNNN.keras` (the model with its optimizer state
 temporary name and renamed, and `state.json` is replaced only after its model file is complete, so a
 process killed at any instant leaves either the previous checkpoint or the new one, never a mix.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,11 +43,14 @@ def latest(folder: str | Path) -> Resume | None:
         state = json.loads(state_file.read_text())
         resume = Resume(epoch=int(state["epoch"]), model_path=folder / state["model"], history=list(state["history"]))
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{state_file} is not a checkpoint state written by utils.checkpoint ({exc}); "
-                         "delete the folder to start from scratch") from exc
+        raise ValueError(
+            f"{state_file} is not a checkpoint state written by utils.checkpoint ({exc}); "
+            "delete the folder to start from scratch"
+        ) from exc
     if not resume.model_path.exists():
-        raise FileNotFoundError(f"{state_file} names {resume.model_path.name}, which is missing; "
-                                "delete the folder to start from scratch")
+        raise FileNotFoundError(
+            f"{state_file} names {resume.model_path.name}, which is missing; delete the folder to start from scratch"
+        )
     return resume
 
 

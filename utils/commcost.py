@@ -1,4 +1,5 @@
 """Communication cost models: the latency-bandwidth (alpha-beta) fit, and allreduce time on a cluster."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ def fit_alpha_beta(nbytes, seconds) -> AlphaBeta:
         raise ValueError("give at least two (bytes, seconds) measurements of equal length")
     if np.any(t <= 0):
         raise ValueError("times must be positive")
-    design = np.stack([np.ones_like(x), x], axis=1) / t[:, None]   # divide each row by t: relative residuals
+    design = np.stack([np.ones_like(x), x], axis=1) / t[:, None]  # divide each row by t: relative residuals
     (alpha, inv_beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
     if inv_beta <= 0:
         raise ValueError("the measurements do not grow with size: cannot fit a bandwidth")
@@ -44,8 +45,7 @@ def ring_allreduce_seconds(n, nbytes: float, link_bytes_per_s: float, step_laten
     return 2 * (n - 1) * step_latency + 2 * (n - 1) / n * nbytes / link_bytes_per_s
 
 
-def parameter_server_seconds(n, nbytes: float, link_bytes_per_s: float, latency: float,
-                             servers: int = 1) -> np.ndarray:
+def parameter_server_seconds(n, nbytes: float, link_bytes_per_s: float, latency: float, servers: int = 1) -> np.ndarray:
     """Push-pull through `servers` parameter servers: each server link carries n/servers buffers each way."""
     n = np.asarray(n, dtype=float)
     return 2 * latency + n * nbytes / servers / link_bytes_per_s

@@ -1,4 +1,5 @@
 """The course dataset: loading and checking it, a generator of the same kind of series, and windowing."""
+
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from utils.mode import REPO_ROOT
+from utils.paths import REPO_ROOT
 
 DATASET = REPO_ROOT / "data" / "seattle_hourly_temperature_2010.csv"
 COLUMNS = ["timestamp", "temperature_f", "filled"]
@@ -20,7 +21,7 @@ HOURS_PER_YEAR = 8760
 # Constants of `synthetic_series`, fitted to the course dataset by least squares (mean, two
 # harmonics of the yearly and of the daily cycle) and an AR(1) fit of what remains.
 _MEAN = 52.027
-_YEARLY = ((-4.223, -11.393), (2.201, -0.114))   # (sin, cos) coefficients of harmonics 1 and 2
+_YEARLY = ((-4.223, -11.393), (2.201, -0.114))  # (sin, cos) coefficients of harmonics 1 and 2
 _DAILY = ((-4.070, -3.227), (0.845, 0.562))
 # The AR(1) noise of the generator (public: lesson 01 derives the forecast-error floor from it).
 AR_PHI = 0.9515
@@ -33,10 +34,14 @@ class DatasetError(ValueError):
 
 def _restore_hint(path: Path) -> str:
     if path.resolve() == DATASET.resolve():
-        return (f"Restore the course's copy with `git checkout -- data/{DATASET.name}` "
-                "(or rebuild it with scripts/make_course_dataset.py, see data/README.md).")
-    return (f"A series file needs the header `{','.join(COLUMNS)}`, one row per hour, timestamps "
-            "`YYYY-MM-DD HH:MM` in increasing order, numeric temperatures and 0/1 in `filled`.")
+        return (
+            f"Restore the course's copy with `git checkout -- data/{DATASET.name}` "
+            "(or rebuild it with tools/make_course_dataset.py, see data/README.md)."
+        )
+    return (
+        f"A series file needs the header `{','.join(COLUMNS)}`, one row per hour, timestamps "
+        "`YYYY-MM-DD HH:MM` in increasing order, numeric temperatures and 0/1 in `filled`."
+    )
 
 
 def load_series(path: str | Path | None = None, verify_checksum: bool | None = None) -> pd.DataFrame:
@@ -60,29 +65,39 @@ def load_series(path: str | Path | None = None, verify_checksum: bool | None = N
     stamps = pd.to_datetime(frame["timestamp"], format="%Y-%m-%d %H:%M", errors="coerce")
     if stamps.isna().any():
         row = int(np.flatnonzero(stamps.isna().to_numpy())[0])
-        raise DatasetError(f"{path}, data row {row + 1}: timestamp {frame['timestamp'].iloc[row]!r} is not "
-                           f"`YYYY-MM-DD HH:MM`. {_restore_hint(path)}")
+        raise DatasetError(
+            f"{path}, data row {row + 1}: timestamp {frame['timestamp'].iloc[row]!r} is not "
+            f"`YYYY-MM-DD HH:MM`. {_restore_hint(path)}"
+        )
     steps = stamps.diff().dropna()
     if (steps != pd.Timedelta(hours=1)).any():
         row = int(np.flatnonzero((steps != pd.Timedelta(hours=1)).to_numpy())[0]) + 1
-        raise DatasetError(f"{path}, data row {row + 1}: timestamps must increase by exactly one hour, but "
-                           f"{frame['timestamp'].iloc[row - 1]} is followed by {frame['timestamp'].iloc[row]}. "
-                           f"{_restore_hint(path)}")
+        raise DatasetError(
+            f"{path}, data row {row + 1}: timestamps must increase by exactly one hour, but "
+            f"{frame['timestamp'].iloc[row - 1]} is followed by {frame['timestamp'].iloc[row]}. "
+            f"{_restore_hint(path)}"
+        )
     values = pd.to_numeric(frame["temperature_f"], errors="coerce")
     if values.isna().any():
         row = int(np.flatnonzero(values.isna().to_numpy())[0])
-        raise DatasetError(f"{path}, data row {row + 1}: temperature {frame['temperature_f'].iloc[row]!r} is "
-                           f"missing or not a number. {_restore_hint(path)}")
+        raise DatasetError(
+            f"{path}, data row {row + 1}: temperature {frame['temperature_f'].iloc[row]!r} is "
+            f"missing or not a number. {_restore_hint(path)}"
+        )
     if not frame["filled"].isin([0, 1]).all():
         raise DatasetError(f"{path}: the `filled` column must hold only 0 or 1. {_restore_hint(path)}")
     if is_course_file and len(frame) != EXPECTED_ROWS:
-        raise DatasetError(f"{path} has {len(frame)} rows, but the course dataset has {EXPECTED_ROWS}: "
-                           f"the file is truncated or changed. {_restore_hint(path)}")
+        raise DatasetError(
+            f"{path} has {len(frame)} rows, but the course dataset has {EXPECTED_ROWS}: "
+            f"the file is truncated or changed. {_restore_hint(path)}"
+        )
     if verify and hashlib.sha256(raw).hexdigest() != EXPECTED_SHA256:
-        raise DatasetError(f"{path} does not have the checksum recorded in data/README.md: the file was "
-                           f"changed. {_restore_hint(path)}")
-    return pd.DataFrame({"timestamp": stamps, "temperature_f": values.astype("float64"),
-                         "filled": frame["filled"].astype(int)})
+        raise DatasetError(
+            f"{path} does not have the checksum recorded in data/README.md: the file was changed. {_restore_hint(path)}"
+        )
+    return pd.DataFrame(
+        {"timestamp": stamps, "temperature_f": values.astype("float64"), "filled": frame["filled"].astype(int)}
+    )
 
 
 def synthetic_series(n: int, seed: int = 0, start_hour: int = 0) -> np.ndarray:
@@ -118,8 +133,10 @@ def make_windows(values: np.ndarray, lookback: int, horizon: int) -> tuple[np.nd
             raise ValueError(f"{name} must be a whole number of steps, at least 1; got {v!r}")
     count = len(values) - lookback - horizon + 1
     if count < 1:
-        raise ValueError(f"a series of {len(values)} steps is too short for one window of {lookback} + {horizon} "
-                         "steps: use a longer series or a smaller lookback/horizon")
+        raise ValueError(
+            f"a series of {len(values)} steps is too short for one window of {lookback} + {horizon} "
+            "steps: use a longer series or a smaller lookback/horizon"
+        )
     idx = np.arange(count)[:, None]
     x = values[idx + np.arange(lookback)]
     y = values[idx + lookback + np.arange(horizon)]
@@ -169,10 +186,11 @@ def prepare(values: np.ndarray, lookback: int = 48, horizon: int = 24, val_fract
     return Splits(x_train, y_train, x_val, y_val, scaler)
 
 
-def to_dataset(x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0,
-               drop_remainder: bool = False):
+def to_dataset(
+    x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0, drop_remainder: bool = False
+):
     """A `tf.data.Dataset` of (x, y) batches, optionally shuffled with a fixed seed, prefetched."""
-    import tensorflow as tf  # noqa: PLC0415 (slow import, only when needed)
+    import tensorflow as tf
 
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
@@ -198,3 +216,13 @@ def shard(x: np.ndarray, y: np.ndarray, rank: int, size: int) -> tuple[np.ndarra
     if usable == 0:
         raise ValueError(f"{len(x)} windows cannot be shared among {size} ranks: use more data or fewer ranks")
     return x[rank:usable:size], y[rank:usable:size]
+
+
+def ar1_forecast_floor(phi: float, sigma: float, horizon: int) -> float:
+    """The least mean squared error of forecasting 1..horizon steps of AR(1) noise: no model can do better."""
+    if not -1 < phi < 1:
+        raise ValueError(f"phi must lie strictly between -1 and 1 for a stationary AR(1), got {phi}")
+    if sigma < 0 or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+        raise ValueError(f"sigma must be >= 0 and horizon a whole number >= 1, got {sigma}, {horizon!r}")
+    h = np.arange(1, horizon + 1)
+    return float(np.mean(sigma**2 * (1 - phi ** (2 * h)) / (1 - phi**2)))

@@ -1,4 +1,5 @@
 """What this machine and environment provide: versions, CPU features, GPUs, Horovod, AWS credentials."""
+
 from __future__ import annotations
 
 import importlib.metadata as metadata
@@ -54,9 +55,12 @@ def cpu_info() -> CpuInfo:
             flags = set(m.group(1).split())
     elif sys.platform == "darwin":
         try:
-            model = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
-            ).stdout.strip() or model
+            model = (
+                subprocess.run(
+                    ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5
+                ).stdout.strip()
+                or model
+            )
         except (OSError, subprocess.SubprocessError):
             pass
     logical = os.cpu_count() or 1
@@ -103,10 +107,45 @@ def versions() -> dict[str, str | None]:
     }
 
 
+#: The distribution that pins each package of `versions()` in requirements.txt.
+PINNED_AS = {
+    "TensorFlow": "tensorflow-cpu",
+    "Keras": "keras",
+    "Horovod": "horovod",
+    "SageMaker SDK": "sagemaker",
+    "boto3": "boto3",
+    "moto": "moto",
+}
+
+
+def pins(requirements: Path | None = None) -> dict[str, str]:
+    """The versions pinned in requirements.txt, Horovod's `#build:` line included."""
+    from utils.paths import REPO_ROOT
+
+    found = {}
+    for line in (requirements or REPO_ROOT / "requirements.txt").read_text().splitlines():
+        line = line.removeprefix("#build:").strip()
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==", 1)
+            found[name.split("[")[0].strip()] = version.strip()
+    return found
+
+
+def version_check(requirements: Path | None = None) -> list[dict[str, object]]:
+    """Installed against pinned version of each main package; ok is False where they differ."""
+    pinned = pins(requirements)
+    rows = []
+    for name, installed in versions().items():
+        want = "3.11.x" if name == "Python" else pinned.get(PINNED_AS.get(name, ""), "")
+        ok = bool(installed) and (installed.startswith("3.11.") if name == "Python" else installed == want)
+        rows.append({"package": name, "installed": installed or "MISSING", "pinned": want, "ok": ok})
+    return rows
+
+
 def horovod_build() -> dict[str, object]:
     """Whether Horovod imports with TensorFlow support, and which controllers it was built with."""
     try:
-        import horovod.tensorflow as hvd  # noqa: PLC0415 (optional dependency)
+        import horovod.tensorflow as hvd
     except Exception as exc:  # ImportError, or a library that fails to load
         return {"importable": False, "error": f"{type(exc).__name__}: {exc}"}
     return {
@@ -119,9 +158,18 @@ def horovod_build() -> dict[str, object]:
 
 def gpus() -> list[str]:
     """Names of the GPUs TensorFlow can see (empty on a CPU-only machine)."""
-    import tensorflow as tf  # noqa: PLC0415 (slow import, only when asked)
+    import tensorflow as tf
 
     return [d.name for d in tf.config.list_physical_devices("GPU")]
+
+
+def machine_line() -> str:
+    """One line naming the CPU, its usable cores and the GPUs (or none) that measured a lesson's figures."""
+    cpu = cpu_info()
+    found = gpus()
+    return f"Measured on: {cpu.model}, {cpu.usable_cores} usable cores, " + (
+        f"GPUs: {', '.join(found)}" if found else "no GPU"
+    )
 
 
 def aws_credentials_present() -> bool:
@@ -130,7 +178,7 @@ def aws_credentials_present() -> bool:
     os.environ.setdefault("AWS_METADATA_SERVICE_TIMEOUT", "1")
     os.environ.setdefault("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
     try:
-        import boto3  # noqa: PLC0415
+        import boto3
 
         return boto3.session.Session().get_credentials() is not None
     except Exception:  # a broken config file must not break the environment check

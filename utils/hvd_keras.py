@@ -4,6 +4,7 @@ Horovod 0.28's own Keras integration (`horovod.tensorflow.keras`, `DistributedGr
 on Keras 3. What works are the plain collectives on tensors and on the `tf.Variable`s that Keras 3
 variables wrap; this module builds the usual pieces from them.
 """
+
 from __future__ import annotations
 
 import keras
@@ -17,8 +18,10 @@ except Exception:  # Horovod could not be built here: the schedule below still w
 
 def _require_horovod() -> None:
     if hvd is None:
-        raise RuntimeError("Horovod is not available on this machine: run `make horovod` and see the README, "
-                           "'Troubleshooting the Horovod build'.")
+        raise RuntimeError(
+            "Horovod is not available on this machine: run `make horovod` and see the README, "
+            "'Troubleshooting the Horovod build'."
+        )
 
 
 @keras.saving.register_keras_serializable(package="course")

@@ -1,14 +1,11 @@
 """Run mode of the course: full (default, for learners) or smoke (CI, `COURSE_SMOKE=1`)."""
+
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
-
-#: Root of the course repository (the folder that holds `notebooks/`, `utils/`, `data/`).
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def is_smoke() -> bool:

@@ -9,6 +9,7 @@ N chunks (numpy.array_split boundaries: the first K mod N chunks hold one value 
 Worker i sends every chunk but (i + 1) mod N in the first phase and every chunk but (i + 2) mod N in
 the second, hence `ring_traffic_values`.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -17,8 +18,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -73,12 +74,16 @@ def _check_inputs(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
     arrays = [np.asarray(a) for a in arrays]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
-        raise ValueError(f"every worker must hold an array of the same shape, got {sorted(shapes)}; "
-                         "pad or reshape them to one shape first")
+        raise ValueError(
+            f"every worker must hold an array of the same shape, got {sorted(shapes)}; "
+            "pad or reshape them to one shape first"
+        )
     dtypes = {a.dtype for a in arrays}
     if len(dtypes) > 1:
-        raise TypeError(f"every worker must hold the same dtype, got {sorted(map(str, dtypes))}; "
-                        "cast them with .astype(one_dtype) first")
+        raise TypeError(
+            f"every worker must hold the same dtype, got {sorted(map(str, dtypes))}; "
+            "cast them with .astype(one_dtype) first"
+        )
     dtype = arrays[0].dtype
     if not np.issubdtype(dtype, np.floating):
         raise TypeError(f"ring_allreduce works on floating-point arrays, got {dtype}; cast with .astype(np.float32)")
@@ -94,7 +99,7 @@ def ring_allreduce(arrays: Sequence[np.ndarray], average: bool = False, trace: b
     buf = [a.copy() for a in flat]
 
     def chunk(w: int, c: int) -> np.ndarray:
-        return buf[w][bounds[c]:bounds[c + 1]]
+        return buf[w][bounds[c] : bounds[c + 1]]
 
     sent = {p: [0] * n for p in PHASES}
     received = {p: [0] * n for p in PHASES}
@@ -124,8 +129,9 @@ def format_trace(result: RingResult) -> str:
     lines = []
     for st in result.trace:
         values = np.array2string(st.values, precision=3, separator=", ")
-        lines.append(f"{st.phase:>14} step {st.step}: worker {st.sender} -> worker {st.receiver}  "
-                     f"chunk {st.chunk} = {values}")
+        lines.append(
+            f"{st.phase:>14} step {st.step}: worker {st.sender} -> worker {st.receiver}  chunk {st.chunk} = {values}"
+        )
     return "\n".join(lines)
 
 
@@ -145,8 +151,10 @@ def ring_traffic_per_phase(n: int, k: int) -> dict[str, list[int]]:
     sizes = chunk_sizes(k, n)
     if n == 1:
         return {p: [0] for p in PHASES}
-    return {PHASES[0]: [k - sizes[(i + 1) % n] for i in range(n)],
-            PHASES[1]: [k - sizes[(i + 2) % n] for i in range(n)]}
+    return {
+        PHASES[0]: [k - sizes[(i + 1) % n] for i in range(n)],
+        PHASES[1]: [k - sizes[(i + 2) % n] for i in range(n)],
+    }
 
 
 def busiest_ring_traffic(n: int, k: int) -> int:
@@ -203,16 +211,16 @@ def _ring_worker(rank: int, n: int, array: np.ndarray, ports_q, addr_q, result_q
             for s in range(n - 1):
                 c_out = (rank - s) % n if phase == "scatter-reduce" else (rank + 1 - s) % n
                 c_in = (c_out - 1) % n  # what the left neighbour sends at the same step
-                out = buf[bounds[c_out]:bounds[c_out + 1]].tobytes()
-                sender = threading.Thread(target=lambda: right.sendall(HEADER.pack(len(out)) + out))
+                out = buf[bounds[c_out] : bounds[c_out + 1]].tobytes()
+                sender = threading.Thread(target=right.sendall, args=(HEADER.pack(len(out)) + out,))
                 sender.start()
                 (size,) = HEADER.unpack(_recv_exact(left, HEADER.size))
                 data = np.frombuffer(_recv_exact(left, size), dtype=buf.dtype)
                 sender.join()
                 if phase == "scatter-reduce":
-                    buf[bounds[c_in]:bounds[c_in + 1]] += data
+                    buf[bounds[c_in] : bounds[c_in + 1]] += data
                 else:
-                    buf[bounds[c_in]:bounds[c_in + 1]] = data
+                    buf[bounds[c_in] : bounds[c_in + 1]] = data
                 payload_sent += len(out)
                 payload_received += size
                 header_bytes += HEADER.size
@@ -245,8 +253,10 @@ def ring_allreduce_processes(arrays: Sequence[np.ndarray], timeout: float = 60.0
     ctx = mp.get_context("spawn")  # fresh interpreters: safe with threads and TensorFlow in the parent
     ports_q, result_q = ctx.Queue(), ctx.Queue()
     addr_qs = [ctx.Queue() for _ in range(n)]
-    procs = [ctx.Process(target=_ring_worker, args=(r, n, flat[r], ports_q, addr_qs[r], result_q), daemon=True)
-             for r in range(n)]
+    procs = [
+        ctx.Process(target=_ring_worker, args=(r, n, flat[r], ports_q, addr_qs[r], result_q), daemon=True)
+        for r in range(n)
+    ]
     deadline = time.monotonic() + timeout
     results: dict[int, tuple] = {}
     try:
@@ -268,8 +278,9 @@ def ring_allreduce_processes(arrays: Sequence[np.ndarray], timeout: float = 60.0
             except queue.Empty:
                 dead = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
                 if dead:
-                    raise RuntimeError(f"ring worker {dead[0]} died (exit code {procs[dead[0]].exitcode}); "
-                                       "all were stopped")
+                    raise RuntimeError(
+                        f"ring worker {dead[0]} died (exit code {procs[dead[0]].exitcode}); all were stopped"
+                    ) from None
                 continue
             if item[1] is not None:
                 raise RuntimeError(f"ring worker {item[0]} failed: {item[1]}; all were stopped")

@@ -1,4 +1,5 @@
 """Read a Horovod timeline (HOROVOD_TIMELINE, Chrome trace format) and draw it."""
+
 from __future__ import annotations
 
 import json
@@ -41,24 +42,52 @@ def read_timeline(path: str | Path) -> list[Span]:
     return spans
 
 
+def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Merge overlapping (start, end) intervals: e.g. the spans of tensors reduced in one fused operation."""
+    merged: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if b < a:
+            raise ValueError(f"an interval ends before it starts: ({a}, {b})")
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def fused_window(
+    spans: list[Span], marker: str = "Grouped", last_us: float = 30_000, lead_us: float = 2000, limit: int = 400
+) -> list[Span]:
+    """The spans of the last call of tensors named with `marker`: those in its final `last_us` µs, `lead_us` before."""
+    named = [s for s in spans if marker in s.tensor]
+    if not named:
+        raise ValueError(f"no tensor named with {marker!r} in the timeline: was the run's grouped call recorded?")
+    last = max(s.end_us for s in named)
+    first = min(s.start_us for s in named if s.start_us > last - last_us)
+    return [s for s in named if s.end_us >= first - lead_us][:limit]
+
+
 @dataclass
 class StepComm:
     """The allreduces of one training step, as a timeline shows them (times in µs)."""
 
-    first_submit_us: float   # the first gradient handed to Horovod (start of its negotiation)
-    last_submit_us: float    # the last gradient handed to Horovod: the backward pass is over by then
-    end_us: float            # the last allreduce of the step finished
+    first_submit_us: float  # the first gradient handed to Horovod (start of its negotiation)
+    last_submit_us: float  # the last gradient handed to Horovod: the backward pass is over by then
+    end_us: float  # the last allreduce of the step finished
     reduced_early: list[str]  # gradients whose allreduce finished before the last gradient was handed over
-    order: list[str]         # gradients in the order they were handed over
+    order: list[str]  # gradients in the order they were handed over
 
 
 def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
     """Group the allreduces of tensors named `prefix...` into training steps (each tensor once per step)."""
+
     def short(s: Span) -> str:
         return s.tensor.split("/")[-1]
 
-    negotiations = sorted((s for s in spans if s.activity == "NEGOTIATE_ALLREDUCE" and short(s).startswith(prefix)),
-                          key=lambda s: s.start_us)
+    negotiations = sorted(
+        (s for s in spans if s.activity == "NEGOTIATE_ALLREDUCE" and short(s).startswith(prefix)),
+        key=lambda s: s.start_us,
+    )
     groups: list[list[Span]] = []
     for s in negotiations:
         if not groups or short(s) in {short(g) for g in groups[-1]}:
@@ -71,17 +100,21 @@ def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
         stop = groups[i + 1][0].start_us if i + 1 < len(groups) else float("inf")
         mine = [r for r in reductions if start <= r.start_us < stop]
         last_submit = max(g.start_us for g in group)
-        steps.append(StepComm(
-            first_submit_us=start, last_submit_us=last_submit,
-            end_us=max((r.end_us for r in mine), default=last_submit),
-            reduced_early=sorted({short(r) for r in mine if r.end_us <= last_submit}),
-            order=[short(g) for g in group]))
+        steps.append(
+            StepComm(
+                first_submit_us=start,
+                last_submit_us=last_submit,
+                end_us=max((r.end_us for r in mine), default=last_submit),
+                reduced_early=sorted({short(r) for r in mine if r.end_us <= last_submit}),
+                order=[short(g) for g in group],
+            )
+        )
     return steps
 
 
 def plot_timeline(spans: list[Span], ax=None, title: str = "Horovod timeline"):
     """Draw spans as bars: one row per tensor, nested activities thinner, colour per activity."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(11, 0.5 + 0.45 * max(1, len({s.tensor for s in spans}))))
@@ -92,8 +125,14 @@ def plot_timeline(spans: list[Span], ax=None, title: str = "Horovod timeline"):
     for s in sorted(spans, key=lambda s: s.depth):  # nested activities drawn over their parents
         row = tensors.index(s.tensor)
         height = 0.8 / (1 + s.depth)
-        ax.barh(row, (s.end_us - s.start_us) / 1e3, left=(s.start_us - t0) / 1e3, height=height,
-                color=colours[s.activity], edgecolor="none")
+        ax.barh(
+            row,
+            (s.end_us - s.start_us) / 1e3,
+            left=(s.start_us - t0) / 1e3,
+            height=height,
+            color=colours[s.activity],
+            edgecolor="none",
+        )
     ax.set_yticks(range(len(tensors)), tensors)
     ax.set_xlabel("time since the first event (ms)")
     ax.set_title(title)

@@ -1,11 +1,12 @@
 """Times Horovod allreduce on this rank; rank 0 prints one RESULT line per measurement.
 
-Started by scripts/bench_allreduce.py through horovodrun. Modes:
+Started by tools/bench_allreduce.py through horovodrun. Modes:
   --mode sizes   one float32 tensor of each size in --sizes (bytes), --repeats timed calls each
   --mode fusion  --tensors small tensors of --tensor-bytes each: one allreduce op after another
                  (eager), all of them inside one tf.function (Horovod may fuse them), and one
                  grouped_allreduce call
 """
+
 import argparse
 import json
 import time
@@ -59,8 +60,16 @@ if args.mode == "sizes":
         assert np.all(check == hvd.size()), check
         # Small messages are cheap and noisy (a cycle of Horovod's background thread, the scheduler): time
         # more of them; the largest take long and vary little.
-        repeats = 10 * args.repeats if nbytes <= (1 << 20) else args.repeats if nbytes <= (1 << 22) else max(3, args.repeats // 3)
-        seconds, best = timed(lambda: hvd.allreduce(x, op=hvd.Sum, name=f"t{nbytes}").numpy(), repeats)
+        repeats = (
+            10 * args.repeats
+            if nbytes <= (1 << 20)
+            else args.repeats
+            if nbytes <= (1 << 22)
+            else max(3, args.repeats // 3)
+        )
+        seconds, best = timed(
+            lambda x=x, nbytes=nbytes: hvd.allreduce(x, op=hvd.Sum, name=f"t{nbytes}").numpy(), repeats
+        )
         emit({"mode": "sizes", "bytes": nbytes, "seconds": seconds, "best_seconds": best, "repeats": repeats})
 else:
     n = max(args.tensor_bytes // 4, 1)
@@ -77,9 +86,19 @@ else:
     def grouped():
         [t.numpy() for t in hvd.grouped_allreduce(tensors, op=hvd.Sum)]
 
-    for name, fn in (("eager, one op at a time", eager_one_by_one),
-                     ("tf.function, all ops at once", lambda: [t.numpy() for t in many_ops_in_one_graph(tensors)]),
-                     ("grouped_allreduce", grouped)):
+    for name, fn in (
+        ("eager, one op at a time", eager_one_by_one),
+        ("tf.function, all ops at once", lambda: [t.numpy() for t in many_ops_in_one_graph(tensors)]),
+        ("grouped_allreduce", grouped),
+    ):
         seconds, best = timed(fn, args.repeats)
-        emit({"mode": "fusion", "variant": name, "tensors": args.tensors, "tensor_bytes": args.tensor_bytes,
-              "seconds": seconds, "best_seconds": best})
+        emit(
+            {
+                "mode": "fusion",
+                "variant": name,
+                "tensors": args.tensors,
+                "tensor_bytes": args.tensor_bytes,
+                "seconds": seconds,
+                "best_seconds": best,
+            }
+        )

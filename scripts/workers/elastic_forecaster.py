@@ -8,6 +8,7 @@
 Every epoch ends with state.commit(): after a worker is lost, the others roll back to the last commit
 and go on with fewer ranks.
 """
+
 import argparse
 import json
 import os
@@ -35,8 +36,9 @@ opt.build(net.trainable_variables)
 if args.state == "keras":
     state = hvd.elastic.TensorFlowKerasState(net, opt, epoch=0)
 else:
-    state = hvd.elastic.TensorFlowState(variables=[v.value for v in net.variables] + [v.value for v in opt.variables],
-                                        epoch=0)
+    state = hvd.elastic.TensorFlowState(
+        variables=[v.value for v in net.variables] + [v.value for v in opt.variables], epoch=0
+    )
 killed_marker = os.path.join(os.environ.get("ELASTIC_WORKDIR", "."), "killed-once")
 
 
@@ -52,11 +54,16 @@ def step(x, y):
 @hvd.elastic.run
 def train(state):
     while state.epoch < args.epochs:
-        x, y = splits.x_train[hvd.rank()::hvd.size()], splits.y_train[hvd.rank()::hvd.size()]
-        losses = [step(x[i:i + 128], y[i:i + 128]) for i in range(0, len(x) - 127, 128)]
+        x, y = splits.x_train[hvd.rank() :: hvd.size()], splits.y_train[hvd.rank() :: hvd.size()]
+        losses = [step(x[i : i + 128], y[i : i + 128]) for i in range(0, len(x) - 127, 128)]
         loss = float(hvd.allreduce(tf.reduce_mean(losses), op=hvd.Average))
-        print("EPOCH " + json.dumps({"epoch": state.epoch + 1, "rank": hvd.rank(), "size": hvd.size(),
-                                     "loss": loss, "time": time.time()}), flush=True)
+        print(
+            "EPOCH "
+            + json.dumps(
+                {"epoch": state.epoch + 1, "rank": hvd.rank(), "size": hvd.size(), "loss": loss, "time": time.time()}
+            ),
+            flush=True,
+        )
         if state.epoch + 1 == args.kill_epoch and hvd.rank() == args.kill_rank and not os.path.exists(killed_marker):
             open(killed_marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)  # a worker is lost

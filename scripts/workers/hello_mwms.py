@@ -6,6 +6,7 @@ every worker prints one JSON line starting with RESULT: its loss, and a checksum
 which must be the same on all workers after the step.
 Keras 3's model.fit does not run under this strategy in TF 2.21, so the step is a custom loop.
 """
+
 import json
 import os
 
@@ -42,7 +43,15 @@ def step(x, y):
 
 
 loss = step(x, y)
-print("RESULT " + json.dumps({
-    "rank": rank, "workers": workers, "mean_loss_before_step": float(loss),
-    "weights_after_step": [round(float(v), 6) for v in weights.numpy().ravel()],
-}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": rank,
+            "workers": workers,
+            "mean_loss_before_step": float(loss),
+            "weights_after_step": [round(float(v), 6) for v in weights.numpy().ravel()],
+        }
+    ),
+    flush=True,
+)

@@ -7,6 +7,7 @@ For each delay D, the rank `--slow-rank` sleeps D ms in every step before the al
 GPU or a busy host would. Each rank times, per step: its own work (compute, plus the sleep on the slow
 rank), the wait inside the allreduce, and the whole step. Each rank prints one RESULT line (JSON).
 """
+
 import argparse
 import json
 import time
@@ -31,7 +32,7 @@ if not 0 <= args.slow_rank < hvd.size():
     raise SystemExit(f"--slow-rank {args.slow_rank} is not a rank of this run (0..{hvd.size() - 1})")
 
 splits = data.prepare(data.synthetic_series(24 * 60, seed=0))
-x, y = splits.x_train[hvd.rank()::hvd.size()], splits.y_train[hvd.rank()::hvd.size()]
+x, y = splits.x_train[hvd.rank() :: hvd.size()], splits.y_train[hvd.rank() :: hvd.size()]
 net = model.build_forecaster(seed=0)
 opt = keras.optimizers.SGD(learning_rate=0.01)
 opt.build(net.trainable_variables)
@@ -73,10 +74,30 @@ for delay in args.delays_ms:
             work.append(t1 - t0)
             wait.append(t2 - t1)
             step.append(t2 - t0)
-    records.append({"delay_ms": delay, "work_ms": 1000 * float(np.median(work)),
-                    "allreduce_ms": 1000 * float(np.median(wait)), "step_ms": 1000 * float(np.median(step))})
-    print(f"rank {hvd.rank()}: delay {delay:g} ms on rank {args.slow_rank}: median step "
-          f"{records[-1]['step_ms']:.1f} ms", flush=True)
+    records.append(
+        {
+            "delay_ms": delay,
+            "work_ms": 1000 * float(np.median(work)),
+            "allreduce_ms": 1000 * float(np.median(wait)),
+            "step_ms": 1000 * float(np.median(step)),
+        }
+    )
+    print(
+        f"rank {hvd.rank()}: delay {delay:g} ms on rank {args.slow_rank}: median step {records[-1]['step_ms']:.1f} ms",
+        flush=True,
+    )
 checksum = float(sum(float(tf.reduce_sum(v)) for v in variables))
-print("RESULT " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "slow_rank": args.slow_rank,
-                              "steps": args.steps, "per_delay": records, "weights_checksum": checksum}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": hvd.rank(),
+            "size": hvd.size(),
+            "slow_rank": args.slow_rank,
+            "steps": args.steps,
+            "per_delay": records,
+            "weights_checksum": checksum,
+        }
+    ),
+    flush=True,
+)

@@ -1,4 +1,5 @@
 """The fits of lesson 01 recover known parameters; T(N), the deadline and the tiers behave as derived."""
+
 import math
 
 import numpy as np
@@ -6,92 +7,92 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from utils import commcost, scaling
+from utils import commcost, data, fits, model, scenario
 
 
 @settings(max_examples=50, deadline=None)
 @given(coefficient=st.floats(0.01, 100), exponent=st.floats(-2, 2))
 def test_power_law_fit_recovers_exact_laws(coefficient, exponent):
     x = np.array([10.0, 100.0, 1_000.0, 10_000.0])
-    fit = scaling.fit_power_law(x, coefficient * x ** exponent)
+    fit = fits.fit_power_law(x, coefficient * x**exponent)
     assert fit.exponent == pytest.approx(exponent, abs=1e-9)
     assert fit.coefficient == pytest.approx(coefficient, rel=1e-9)
-    assert fit.predict(50.0) == pytest.approx(coefficient * 50.0 ** exponent, rel=1e-9)
+    assert fit.predict(50.0) == pytest.approx(coefficient * 50.0**exponent, rel=1e-9)
 
 
 def test_power_law_meaning():
-    fit = scaling.PowerLaw(coefficient=1.0, exponent=-0.5, r2=1.0)
-    assert fit.factor_per_doubling() == pytest.approx(2 ** -0.5)
+    fit = fits.PowerLaw(coefficient=1.0, exponent=-0.5, r2=1.0)
+    assert fit.factor_per_doubling() == pytest.approx(2**-0.5)
     assert fit.x_factor_for(0.5) == pytest.approx(4.0)  # error ~ size^-0.5: 4x the data halves it
 
 
 def test_power_law_rejects_bad_input():
     with pytest.raises(ValueError, match="positive"):
-        scaling.fit_power_law([1, 2, 3], [1, 0, 2])
+        fits.fit_power_law([1, 2, 3], [1, 0, 2])
     with pytest.raises(ValueError, match="at least two"):
-        scaling.fit_power_law([1], [1])
+        fits.fit_power_law([1], [1])
     with pytest.raises(ValueError, match="different sizes"):
-        scaling.fit_power_law([5, 5], [1, 2])
+        fits.fit_power_law([5, 5], [1, 2])
     with pytest.raises(ValueError, match="one y per x"):
-        scaling.fit_power_law([1, 2, 3], [1, 2])
+        fits.fit_power_law([1, 2, 3], [1, 2])
 
 
 def test_doubling_time_of_tenfold_a_year():
     years = np.arange(2012, 2018, dtype=float)
-    fit = scaling.fit_doubling_time(years, 0.005 * 10.0 ** (years - 2012))
+    fit = fits.fit_doubling_time(years, 0.005 * 10.0 ** (years - 2012))
     assert fit.doubling_months == pytest.approx(12 * math.log(2) / math.log(10))
     assert fit.factor_per_year == pytest.approx(10.0)
     assert fit.predict(2014.0) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="does not grow"):
-        scaling.fit_doubling_time(years, 10.0 ** -(years - 2012))
+        fits.fit_doubling_time(years, 10.0 ** -(years - 2012))
 
 
 def test_decimal_year():
-    assert scaling.decimal_year("2012-01") == pytest.approx(2012 + 0.5 / 12)
-    assert scaling.decimal_year("2016-12") == pytest.approx(2016 + 11.5 / 12)
+    assert fits.decimal_year("2012-01") == pytest.approx(2012 + 0.5 / 12)
+    assert fits.decimal_year("2016-12") == pytest.approx(2016 + 11.5 / 12)
     with pytest.raises(ValueError, match="YYYY-MM"):
-        scaling.decimal_year("May 2018")
+        fits.decimal_year("May 2018")
 
 
 def test_time_vs_size_fit_and_elasticity():
     sizes = np.array([1e3, 2e3, 4e3, 8e3])
-    fit = scaling.fit_time_vs_size(sizes, 2.0 + 0.001 * sizes)
+    fit = fits.fit_time_vs_size(sizes, 2.0 + 0.001 * sizes)
     assert fit.overhead == pytest.approx(2.0)
     assert fit.per_sample == pytest.approx(0.001)
-    assert fit.elasticity(2e3) == pytest.approx(0.5)       # half of the time is overhead there
+    assert fit.elasticity(2e3) == pytest.approx(0.5)  # half of the time is overhead there
     assert fit.elasticity(1e9) == pytest.approx(1.0, abs=1e-5)  # at a large size time is proportional
-    through_origin = scaling.fit_time_vs_size(sizes, 0.001 * sizes * np.array([1.3, 1.0, 1.0, 1.0]) - 0.0)
+    through_origin = fits.fit_time_vs_size(sizes, 0.001 * sizes * np.array([1.3, 1.0, 1.0, 1.0]) - 0.0)
     assert through_origin.overhead >= 0
     with pytest.raises(ValueError, match="do not grow"):
-        scaling.fit_time_vs_size(sizes, 10.0 - 0.001 * sizes)
+        fits.fit_time_vs_size(sizes, 10.0 - 0.001 * sizes)
 
 
 def test_growth_and_speedup():
-    assert scaling.growth_factor(0.05, 12) == pytest.approx(1.05 ** 12)
-    assert scaling.speedup_needed(23.0) == pytest.approx(23.0)
-    assert scaling.speedup_needed(23.0, 1.0, data_growth=2.0) == pytest.approx(46.0)
-    assert scaling.speedup_needed(23.0, 0.5, data_growth=4.0, time_exponent=0.5) == pytest.approx(92.0)
+    assert scenario.growth_factor(0.05, 12) == pytest.approx(1.05**12)
+    assert scenario.speedup_needed(23.0) == pytest.approx(23.0)
+    assert scenario.speedup_needed(23.0, 1.0, data_growth=2.0) == pytest.approx(46.0)
+    assert scenario.speedup_needed(23.0, 0.5, data_growth=4.0, time_exponent=0.5) == pytest.approx(92.0)
     with pytest.raises(ValueError, match="fraction"):
-        scaling.growth_factor(-2, 3)
+        scenario.growth_factor(-2, 3)
     with pytest.raises(ValueError, match="deadline_hours"):
-        scaling.speedup_needed(23.0, 0.0)
+        scenario.speedup_needed(23.0, 0.0)
 
 
 def test_job_time_on_one_worker_is_the_compute():
-    t = scaling.job_seconds_on_workers(1, 82_800.0, 1e5, 1e8, commcost.gbit_to_bytes_per_s(25), 20e-6)
+    t = scenario.job_seconds_on_workers(1, 82_800.0, 1e5, 1e8, commcost.gbit_to_bytes_per_s(25), 20e-6)
     assert float(t) == pytest.approx(82_800.0)
 
 
 def test_job_time_matches_the_ring_formula():
     bw = commcost.gbit_to_bytes_per_s(100)
-    t = scaling.job_seconds_on_workers(8, 36_000.0, 10_000, 1e8, bw)
+    t = scenario.job_seconds_on_workers(8, 36_000.0, 10_000, 1e8, bw)
     assert float(t) == pytest.approx(36_000 / 8 + 10_000 * 2 * 7 / 8 * 1e8 / bw)
-    weak = scaling.job_seconds_on_workers(8, 36_000.0, 10_000, 1e8, bw, scale_batch=True)
+    weak = scenario.job_seconds_on_workers(8, 36_000.0, 10_000, 1e8, bw, scale_batch=True)
     assert float(weak) == pytest.approx(36_000 / 8 + 10_000 / 8 * 2 * 7 / 8 * 1e8 / bw)
     with pytest.raises(ValueError, match="at least 1"):
-        scaling.job_seconds_on_workers(0, 1.0, 1, 1, bw)
+        scenario.job_seconds_on_workers(0, 1.0, 1, 1, bw)
     with pytest.raises(ValueError, match="gbit_to_bytes_per_s"):
-        scaling.job_seconds_on_workers(2, 1.0, 1, 1, 0.0)
+        scenario.job_seconds_on_workers(2, 1.0, 1, 1, 0.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -99,44 +100,44 @@ def test_job_time_matches_the_ring_formula():
 def test_workers_needed_is_the_first_that_meets_the_deadline(gbps, steps, hours):
     bw = commcost.gbit_to_bytes_per_s(gbps)
     args = (hours * 3600, steps, 1e8, bw, 20e-6)
-    n = scaling.workers_needed(3600.0, *args, max_workers=512)
-    floor = scaling.communication_floor_seconds(steps, 1e8, bw)
+    n = scenario.workers_needed(3600.0, *args, max_workers=512)
+    floor = scenario.communication_floor_seconds(steps, 1e8, bw)
     if n is None:
-        times = scaling.job_seconds_on_workers(np.arange(1, 513), *args)
+        times = scenario.job_seconds_on_workers(np.arange(1, 513), *args)
         assert np.all(times > 3600.0)
     else:
-        assert scaling.job_seconds_on_workers(n, *args) <= 3600.0
-        assert n == 1 or scaling.job_seconds_on_workers(n - 1, *args) > 3600.0
+        assert scenario.job_seconds_on_workers(n, *args) <= 3600.0
+        assert n == 1 or scenario.job_seconds_on_workers(n - 1, *args) > 3600.0
         assert floor < 3600.0  # the deadline can only be met above the communication floor
 
 
 def test_scaled_batch_always_reaches_the_deadline_eventually():
     bw = commcost.gbit_to_bytes_per_s(25)
-    fixed = scaling.workers_needed(3600.0, 23 * 3600, 165_600, 1e8, bw)
-    scaled = scaling.workers_needed(3600.0, 23 * 3600, 165_600, 1e8, bw, scale_batch=True)
+    fixed = scenario.workers_needed(3600.0, 23 * 3600, 165_600, 1e8, bw)
+    scaled = scenario.workers_needed(3600.0, 23 * 3600, 165_600, 1e8, bw, scale_batch=True)
     assert fixed is None  # 165,600 steps x 2 x 100 MB / 3.125 GB/s = 2.9 h of allreduce: above the deadline
     assert scaled is not None and scaled > 23
 
 
 def test_productivity_tiers():
-    assert scaling.productivity_tier(300)[0] == "minutes"
-    assert scaling.productivity_tier(23 * 3600)[0] == "hours"
-    assert scaling.productivity_tier(3 * 24 * 3600)[0] == "days"
-    assert scaling.productivity_tier(10 * 24 * 3600)[0] == "weeks"
-    assert scaling.productivity_tier(60 * 24 * 3600)[0] == "months"
+    assert scenario.productivity_tier(300)[0] == "minutes"
+    assert scenario.productivity_tier(23 * 3600)[0] == "hours"
+    assert scenario.productivity_tier(3 * 24 * 3600)[0] == "days"
+    assert scenario.productivity_tier(10 * 24 * 3600)[0] == "weeks"
+    assert scenario.productivity_tier(60 * 24 * 3600)[0] == "months"
     with pytest.raises(ValueError):
-        scaling.productivity_tier(-1)
+        scenario.productivity_tier(-1)
 
 
 def test_data_files_cite_every_row():
     import pandas as pd
 
-    from utils.mode import REPO_ROOT
+    from utils.paths import REPO_ROOT
 
     trends = pd.read_csv(REPO_ROOT / "data/compute_trends.csv")
     assert list(trends.columns) == ["system", "date", "pfs_days", "estimate", "paper", "source"]
     assert trends.source.str.startswith("Amodei and Hernandez, AI and Compute").all()
-    assert (trends.pfs_days > 0).all() and trends.date.map(scaling.decimal_year).is_monotonic_increasing
+    assert (trends.pfs_days > 0).all() and trends.date.map(fits.decimal_year).is_monotonic_increasing
     exps = pd.read_csv(REPO_ROOT / "data/scaling_law_exponents.csv")
     assert exps.source.str.len().gt(20).all() and (exps.exponent < 0).all()
 
@@ -146,19 +147,19 @@ def test_learning_curve_point_trains_and_times():
 
     values = data.synthetic_series(600, seed=3)
     x, y = data.make_windows(values / 50.0, 48, 24)
-    point = scaling.learning_curve_point(x[:300], y[:300], x[300:], y[300:], max_epochs=3, patience=1)
+    point = model.learning_curve_point(x[:300], y[:300], x[300:], y[300:], max_epochs=3, patience=1)
     assert point.windows == 300 and 1 <= point.epochs <= 3
     assert len(point.epoch_seconds) == point.epochs and 0 < sum(point.epoch_seconds) <= point.wall_seconds
     assert point.seconds_per_epoch == pytest.approx(np.median(point.epoch_seconds[1:] or point.epoch_seconds))
     assert np.isfinite(point.best_val_loss)
     with pytest.raises(ValueError, match="as many targets"):
-        scaling.learning_curve_point(x[:10], y[:9], x, y, max_epochs=1)
+        model.learning_curve_point(x[:10], y[:9], x, y, max_epochs=1)
 
 
 def test_ar1_forecast_floor():
-    assert scaling.ar1_forecast_floor(0.9, 2.0, 1) == pytest.approx(4.0)  # one step ahead: the shock's variance
+    assert data.ar1_forecast_floor(0.9, 2.0, 1) == pytest.approx(4.0)  # one step ahead: the shock's variance
     long_run = 4.0 / (1 - 0.81)
-    assert scaling.ar1_forecast_floor(0.9, 2.0, 10_000) == pytest.approx(long_run, rel=1e-3)  # far ahead: the variance
+    assert data.ar1_forecast_floor(0.9, 2.0, 10_000) == pytest.approx(long_run, rel=1e-3)  # far ahead: the variance
     rng = np.random.default_rng(0)
     level, errs = 0.0, []
     for _ in range(20_000):  # simulate: forecasting 3 steps ahead with phi^3 * level is optimal
@@ -167,6 +168,6 @@ def test_ar1_forecast_floor():
             path.append(0.9 * path[-1] + rng.normal(0, 2.0))
         errs.append([(path[h] - 0.9**h * level) ** 2 for h in (1, 2, 3)])
         level = path[1]
-    assert np.mean(errs) == pytest.approx(scaling.ar1_forecast_floor(0.9, 2.0, 3), rel=0.05)
+    assert np.mean(errs) == pytest.approx(data.ar1_forecast_floor(0.9, 2.0, 3), rel=0.05)
     with pytest.raises(ValueError, match="stationary"):
-        scaling.ar1_forecast_floor(1.0, 1.0, 3)
+        data.ar1_forecast_floor(1.0, 1.0, 3)

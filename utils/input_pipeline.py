@@ -1,9 +1,10 @@
 """Input-pipeline lever of lesson 01: the same costly tf.data pipeline built naive or tuned, and timed."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -11,39 +12,52 @@ import numpy as np
 VARIANTS = ("naive", "parallel map", "parallel map + cache + prefetch")
 
 
-def slow_read(index: int, values: np.ndarray, lookback: int, horizon: int, latency_s: float) -> tuple[np.ndarray, np.ndarray]:
+def slow_read(
+    index: int, values: np.ndarray, lookback: int, horizon: int, latency_s: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Read window `index` as if from remote storage: wait `latency_s`, then cut it from `values`."""
     if latency_s > 0:
         time.sleep(latency_s)  # stands for the wait on a storage read (it releases the Python GIL, as real I/O does)
     i = int(index)
-    window = np.asarray(values[i:i + lookback + horizon], dtype=np.float32)
+    window = np.asarray(values[i : i + lookback + horizon], dtype=np.float32)
     return window[:lookback], window[lookback:]
 
 
-def build_pipeline(values: np.ndarray, variant: str, *, lookback: int = 48, horizon: int = 24, batch_size: int = 64,
-                   latency_s: float = 0.001, feature_work: int = 8):
+def build_pipeline(
+    values: np.ndarray,
+    variant: str,
+    *,
+    lookback: int = 48,
+    horizon: int = 24,
+    batch_size: int = 64,
+    latency_s: float = 0.001,
+    feature_work: int = 8,
+):
     """A tf.data pipeline of (window, target) batches from `values`, with a read latency and feature work per window.
 
     `variant` is one of VARIANTS: "naive" maps one window at a time; "parallel map" maps several at once
     (`num_parallel_calls=AUTOTUNE`); the last also caches the prepared windows after the first epoch and
     prefetches batches while the consumer works.
     """
-    import tensorflow as tf  # noqa: PLC0415
+    import tensorflow as tf
 
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     values = np.asarray(values, dtype=np.float32)
     count = len(values) - lookback - horizon + 1
     if count < 1:
-        raise ValueError(f"a series of {len(values)} steps holds no window of {lookback} + {horizon} steps: use a longer one")
+        raise ValueError(
+            f"a series of {len(values)} steps holds no window of {lookback} + {horizon} steps: use a longer one"
+        )
     if latency_s < 0 or feature_work < 0:
         raise ValueError("latency_s and feature_work must not be negative")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
 
     def read(i):
-        x, y = tf.py_function(lambda j: slow_read(int(j), values, lookback, horizon, latency_s), [i],
-                              [tf.float32, tf.float32])
+        x, y = tf.py_function(
+            lambda j: slow_read(int(j), values, lookback, horizon, latency_s), [i], [tf.float32, tf.float32]
+        )
         x.set_shape([lookback])
         y.set_shape([horizon])
         return x, y
@@ -92,8 +106,9 @@ class PipelineTiming:
         return self.samples * len(self.epoch_seconds) / self.total_seconds
 
 
-def time_pipeline(ds, variant: str, epochs: int = 2, consume: Callable | None = None,
-                  progress: bool = True) -> PipelineTiming:
+def time_pipeline(
+    ds, variant: str, epochs: int = 2, consume: Callable | None = None, progress: bool = True
+) -> PipelineTiming:
     """Iterate `ds` for `epochs`, calling `consume(x, y)` on each batch (a training step), and time each epoch."""
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a whole number of at least 1, got {epochs!r}")
@@ -107,5 +122,8 @@ def time_pipeline(ds, variant: str, epochs: int = 2, consume: Callable | None = 
         times.append(time.perf_counter() - start)
         samples = seen
         if progress:
-            print(f"  {variant}, epoch {epoch + 1}/{epochs}: {times[-1]:.2f} s, {seen / times[-1]:,.0f} samples/s", flush=True)
+            print(
+                f"  {variant}, epoch {epoch + 1}/{epochs}: {times[-1]:.2f} s, {seen / times[-1]:,.0f} samples/s",
+                flush=True,
+            )
     return PipelineTiming(variant=variant, samples=samples, epoch_seconds=times)

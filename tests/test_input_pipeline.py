@@ -1,8 +1,9 @@
 """Every input-pipeline variant of lesson 01 yields the same windows; the timer counts what it saw."""
+
 import numpy as np
 import pytest
 
-from utils import data, pipeline
+from utils import data, input_pipeline
 
 
 def _batches(ds):
@@ -11,15 +12,21 @@ def _batches(ds):
 
 def test_slow_read_cuts_the_right_window():
     values = np.arange(100, dtype=np.float32)
-    x, y = pipeline.slow_read(5, values, lookback=4, horizon=2, latency_s=0.0)
+    x, y = input_pipeline.slow_read(5, values, lookback=4, horizon=2, latency_s=0.0)
     assert x.tolist() == [5, 6, 7, 8] and y.tolist() == [9, 10]
 
 
 def test_variants_yield_identical_batches():
     values = data.synthetic_series(200, seed=1)
     ref_x, ref_y = data.make_windows(values, 24, 6)
-    outputs = [_batches(pipeline.build_pipeline(values, v, lookback=24, horizon=6, batch_size=16,
-                                                latency_s=0.0, feature_work=0)) for v in pipeline.VARIANTS]
+    outputs = [
+        _batches(
+            input_pipeline.build_pipeline(
+                values, v, lookback=24, horizon=6, batch_size=16, latency_s=0.0, feature_work=0
+            )
+        )
+        for v in input_pipeline.VARIANTS
+    ]
     for batches in outputs:
         x = np.concatenate([b[0] for b in batches])
         y = np.concatenate([b[1] for b in batches])
@@ -29,9 +36,11 @@ def test_variants_yield_identical_batches():
 
 def test_time_pipeline_counts_samples_and_calls_the_consumer():
     values = data.synthetic_series(120, seed=2)
-    ds = pipeline.build_pipeline(values, pipeline.VARIANTS[2], lookback=24, horizon=6, batch_size=32, latency_s=0.0)
+    ds = input_pipeline.build_pipeline(
+        values, input_pipeline.VARIANTS[2], lookback=24, horizon=6, batch_size=32, latency_s=0.0
+    )
     calls = []
-    timing = pipeline.time_pipeline(ds, "cached", epochs=2, consume=lambda x, y: calls.append(1), progress=False)
+    timing = input_pipeline.time_pipeline(ds, "cached", epochs=2, consume=lambda x, y: calls.append(1), progress=False)
     windows = 120 - 24 - 6 + 1
     assert timing.samples == windows and len(timing.epoch_seconds) == 2
     assert len(calls) == 2 * int(np.ceil(windows / 32))
@@ -40,8 +49,8 @@ def test_time_pipeline_counts_samples_and_calls_the_consumer():
 
 def test_bad_input_says_what_to_do():
     with pytest.raises(ValueError, match="variant must be one of"):
-        pipeline.build_pipeline(np.zeros(100), "fast")
+        input_pipeline.build_pipeline(np.zeros(100), "fast")
     with pytest.raises(ValueError, match="longer"):
-        pipeline.build_pipeline(np.zeros(10), "naive")
+        input_pipeline.build_pipeline(np.zeros(10), "naive")
     with pytest.raises(ValueError, match="epochs"):
-        pipeline.time_pipeline([], "naive", epochs=0)
+        input_pipeline.time_pipeline([], "naive", epochs=0)

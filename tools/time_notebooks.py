@@ -1,14 +1,17 @@
 """Execute lesson notebooks and record their wall time in data/notebook_durations.csv.
 
-    python scripts/time_notebooks.py --mode full            # every notebook, full mode
-    python scripts/time_notebooks.py --mode smoke 00_start_here.ipynb
-    python scripts/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
+    make durations                                        # every notebook, full and smoke mode
+    python tools/time_notebooks.py --mode full            # every notebook, full mode
+    python tools/time_notebooks.py --mode smoke 00_start_here.ipynb
+    python tools/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
 
-The file records the machine (CPU model, usable cores) and the TensorFlow version with each time,
-so that 00_start_here can show the durations together with the hardware that produced them, and the
-peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
+The file records with each time the machine (CPU model, usable cores) and the TensorFlow version, so that
+00_start_here can show the durations together with the hardware that produced them; a hash of the
+notebook's code cells, so that the course map marks a time measured on an earlier version of a lesson;
+and the peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
 proportional set sizes summed), sampled twice a second.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import nbformat  # noqa: E402
-import psutil  # noqa: E402
-from nbclient import NotebookClient  # noqa: E402
+import nbformat
+import psutil
+from nbclient import NotebookClient
 
-from utils import course, envinfo  # noqa: E402
+from utils import course, envinfo
 
 
 def _memory_of(proc: psutil.Process) -> int:
@@ -56,7 +59,7 @@ class PeakMemory:
             self.peak = max(self.peak, total)
             self._stop.wait(self.every)
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         self._thread.start()
         return self
 
@@ -84,20 +87,30 @@ def main() -> None:
         print(f"{name} ({args.mode}) ...", flush=True)
         start = time.perf_counter()
         with PeakMemory() as memory:
-            NotebookClient(nb, timeout=args.cell_timeout, kernel_name="python3",
-                           resources={"metadata": {"path": str(course.NOTEBOOKS)}}).execute()
+            NotebookClient(
+                nb,
+                timeout=args.cell_timeout,
+                kernel_name="python3",
+                resources={"metadata": {"path": str(course.NOTEBOOKS)}},
+            ).execute()
         seconds = time.perf_counter() - start
         print(f"{name} ({args.mode}): {seconds:.0f} s, peak memory {memory.peak / 2**20:,.0f} MiB", flush=True)
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, args.save / f"{path.stem}.{args.mode}.ipynb")
-        course.record_duration({
-            "notebook": name, "mode": args.mode, "seconds": f"{seconds:.1f}",
-            "peak_memory_mib": f"{memory.peak / 2**20:.0f}",
-            "cpu_model": cpu.model, "usable_cores": str(cpu.usable_cores),
-            "date": dt.date.today().isoformat(),
-            "tensorflow": envinfo.versions()["TensorFlow"] or "",
-        })
+        course.record_duration(
+            {
+                "notebook": name,
+                "mode": args.mode,
+                "seconds": f"{seconds:.1f}",
+                "peak_memory_mib": f"{memory.peak / 2**20:.0f}",
+                "cpu_model": cpu.model,
+                "usable_cores": str(cpu.usable_cores),
+                "date": dt.date.today().isoformat(),
+                "tensorflow": envinfo.versions()["TensorFlow"] or "",
+                "code_hash": course.code_hash(path),
+            }
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 # Builds Horovod with Gloo for the course's TensorFlow, installs it into the given Python
 # environment, and proves it with a 2-rank allreduce.
 #
-#   bash scripts/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
+#   bash tools/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
 #
 # Horovod's last release (0.28.1) is published only as source and does not compile against
 # TensorFlow 2.21 as shipped: horovod/tensorflow/xla_mpi_ops.cc includes XLA headers that the

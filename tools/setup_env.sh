@@ -3,7 +3,7 @@
 # It reinstalls only when the pins (requirements.txt) or this set-up changed: a stamp in .venv
 # records a hash of them.
 #
-#   TF_PACKAGE='tensorflow[and-cuda]' bash scripts/setup_env.sh   # GPU machine (see README)
+#   TF_PACKAGE='tensorflow[and-cuda]' bash tools/setup_env.sh   # GPU machine (see README)
 #   COURSE_REQUIRE_HOROVOD=1 ...   # fail if Horovod cannot be built (CI sets it; CI=true does too)
 set -euo pipefail
 
@@ -35,7 +35,7 @@ esac
 require_horovod="${COURSE_REQUIRE_HOROVOD:-}"
 [ "${CI:-}" = "true" ] && require_horovod=1
 
-want="$(cat "$repo/requirements.txt" "$repo/scripts/setup_env.sh" "$repo/scripts/build_horovod.sh" \
+want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" \
         <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   say "environment .venv is up to date."
@@ -64,12 +64,12 @@ sed "s/^tensorflow-cpu==/$TF_PACKAGE==/" "$repo/requirements.txt" >"$reqs"
 "$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
   || die "pip could not install requirements.txt (see its message above)."
 
-"$py" "$repo/scripts/link_utils.py"
+"$py" "$repo/tools/link_utils.py"
 # The notebooks' kernel is `python3`; register it inside .venv so it runs this environment.
 "$py" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course .venv)" >/dev/null
 say "kernel python3 registered in .venv"
 
-if ! bash "$repo/scripts/build_horovod.sh" "$py"; then
+if ! bash "$repo/tools/build_horovod.sh" "$py"; then
   if [ -n "$require_horovod" ]; then
     die "Horovod is required here (CI or COURSE_REQUIRE_HOROVOD=1) and could not be built."
   fi

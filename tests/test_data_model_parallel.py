@@ -1,5 +1,6 @@
 """Pipeline schedules, staleness training, and (in a subprocess with logical devices) data and model
 parallelism on real TensorFlow."""
+
 from __future__ import annotations
 
 import json
@@ -13,22 +14,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from utils import parallel
-from utils.mode import REPO_ROOT
+from utils import data_parallel, gpipe, model_parallel, staleness
+from utils.paths import REPO_ROOT
 
 
 @given(st.integers(1, 8), st.integers(1, 32))
 def test_simulated_bubble_equals_gpipe_formula(p, m):
-    slots = parallel.simulate_pipeline(p, m)
+    slots = gpipe.simulate_pipeline(p, m)
     assert len(slots) == 2 * p * m
-    assert parallel.makespan(slots) == pytest.approx(3 * (m + p - 1))  # forward 1 step, backward 2
-    assert parallel.bubble_fraction(slots) == pytest.approx(parallel.gpipe_bubble(p, m))
+    assert gpipe.makespan(slots) == pytest.approx(3 * (m + p - 1))  # forward 1 step, backward 2
+    assert gpipe.bubble_fraction(slots) == pytest.approx(gpipe.gpipe_bubble(p, m))
 
 
 @settings(max_examples=30)
 @given(st.integers(2, 5), st.integers(1, 6), st.lists(st.floats(0.1, 5), min_size=5, max_size=5))
 def test_timeline_respects_dependencies_and_one_task_per_stage(p, m, durations):
-    slots = parallel.simulate_pipeline(p, m, forward=durations[:p], backward=[2 * d for d in durations[:p]])
+    slots = gpipe.simulate_pipeline(p, m, forward=durations[:p], backward=[2 * d for d in durations[:p]])
     end = {(t.kind, t.stage, t.micro): t.end for t in slots}
     for t in slots:
         if t.kind == "F" and t.stage > 0:
@@ -42,47 +43,47 @@ def test_timeline_respects_dependencies_and_one_task_per_stage(p, m, durations):
 
 
 def test_naive_schedule_leaves_all_but_one_stage_idle():
-    assert parallel.bubble_fraction(parallel.simulate_pipeline(4, 1)) == pytest.approx(3 / 4)
-    assert parallel.gpipe_bubble(4, 1) == pytest.approx(3 / 4)
+    assert gpipe.bubble_fraction(gpipe.simulate_pipeline(4, 1)) == pytest.approx(3 / 4)
+    assert gpipe.gpipe_bubble(4, 1) == pytest.approx(3 / 4)
     with pytest.raises(ValueError):
-        parallel.gpipe_bubble(0, 3)
+        gpipe.gpipe_bubble(0, 3)
     with pytest.raises(ValueError, match="one per stage"):
-        parallel.simulate_pipeline(3, 2, forward=[1.0, 2.0])
+        gpipe.simulate_pipeline(3, 2, forward=[1.0, 2.0])
     with pytest.raises(ValueError, match="no tasks"):
-        parallel.bubble_fraction([])
+        gpipe.bubble_fraction([])
 
 
 def test_stage_bounds():
-    assert parallel.stage_bounds(5, 2) == [(0, 3), (3, 5)]
-    assert parallel.stage_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    assert model_parallel.stage_bounds(5, 2) == [(0, 3), (3, 5)]
+    assert model_parallel.stage_bounds(4, 4) == [(0, 1), (1, 2), (2, 3), (3, 4)]
     with pytest.raises(ValueError, match="cannot split"):
-        parallel.stage_bounds(2, 3)
+        model_parallel.stage_bounds(2, 3)
 
 
 def test_warmup_scaled_lr():
-    assert parallel.warmup_scaled_lr(0, 0.1, 4, 10) == pytest.approx(0.1)
-    assert parallel.warmup_scaled_lr(5, 0.1, 4, 10) == pytest.approx(0.25)
-    assert parallel.warmup_scaled_lr(50, 0.1, 4, 10) == pytest.approx(0.4)
-    assert parallel.warmup_scaled_lr(0, 0.1, 4, 0) == pytest.approx(0.4)
+    assert data_parallel.warmup_scaled_lr(0, 0.1, 4, 10) == pytest.approx(0.1)
+    assert data_parallel.warmup_scaled_lr(5, 0.1, 4, 10) == pytest.approx(0.25)
+    assert data_parallel.warmup_scaled_lr(50, 0.1, 4, 10) == pytest.approx(0.4)
+    assert data_parallel.warmup_scaled_lr(0, 0.1, 4, 0) == pytest.approx(0.4)
     with pytest.raises(ValueError):
-        parallel.warmup_scaled_lr(0, -1, 4, 10)
+        data_parallel.warmup_scaled_lr(0, -1, 4, 10)
 
 
 def test_mlp_gradient_matches_finite_differences():
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(7, 5)), rng.normal(size=(7, 3))
-    params = parallel._mlp_init(5, 4, 3, seed=1)
+    params = staleness._mlp_init(5, 4, 3, seed=1)
     params[1] = rng.normal(size=4) * 0.1
-    _, grads = parallel.mlp_loss_and_grads(params, x, y)
+    _, grads = staleness.mlp_loss_and_grads(params, x, y)
     eps = 1e-6
     for i, p in enumerate(params):
         flat = p.reshape(-1)
         for k in range(0, flat.size, max(1, flat.size // 5)):
             old = flat[k]
             flat[k] = old + eps
-            up = parallel.mlp_loss_and_grads(params, x, y)[0]
+            up = staleness.mlp_loss_and_grads(params, x, y)[0]
             flat[k] = old - eps
-            down = parallel.mlp_loss_and_grads(params, x, y)[0]
+            down = staleness.mlp_loss_and_grads(params, x, y)[0]
             flat[k] = old
             assert grads[i].reshape(-1)[k] == pytest.approx((up - down) / (2 * eps), rel=1e-4, abs=1e-7)
 
@@ -91,30 +92,30 @@ def test_staleness_zero_is_plain_sgd_and_stale_is_worse_at_a_high_rate():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(512, 6))
     y = x @ rng.normal(size=(6, 2))
-    steps, fresh = parallel.train_with_staleness(x, y, x, y, staleness=0, steps=200, lr=0.1)
+    steps, fresh = staleness.train_with_staleness(x, y, x, y, staleness=0, steps=200, lr=0.1)
     assert steps[0] == 0 and steps[-1] == 200
     assert fresh[-1] < 0.5 * fresh[0]
-    _, stale = parallel.train_with_staleness(x, y, x, y, staleness=16, steps=200, lr=0.1)
+    _, stale = staleness.train_with_staleness(x, y, x, y, staleness=16, steps=200, lr=0.1)
     assert stale[-1] > fresh[-1]
     with pytest.raises(ValueError):
-        parallel.train_with_staleness(x, y, x, y, staleness=-1, steps=10, lr=0.1)
+        staleness.train_with_staleness(x, y, x, y, staleness=-1, steps=10, lr=0.1)
 
 
 # The TensorFlow checks need logical devices, which must be set before TensorFlow starts: a subprocess.
 TF_CHECK = textwrap.dedent("""
     import json
     import numpy as np
-    from utils import parallel
-    devices = parallel.use_logical_cpus(2)
+    from utils import data_parallel, devices, gpipe, model_parallel
+    cpus = devices.use_logical_cpus(2)
     import tensorflow as tf
     from utils import model
     rng = np.random.default_rng(0)
     x = rng.normal(size=(64, 8)).astype("float32")
     y = rng.normal(size=(64, 2)).astype("float32")
     build = lambda: model.build_forecaster(8, 2, width=16, depth=3, seed=0)
-    strategy = tf.distribute.MirroredStrategy(devices)
-    check = parallel.check_replica_gradients(strategy, build, x, y)
-    run = parallel.train_data_parallel(strategy, build, x, y, x, y, per_replica_batch=8, epochs=1,
+    strategy = tf.distribute.MirroredStrategy(cpus)
+    check = data_parallel.check_replica_gradients(strategy, build, x, y)
+    run = data_parallel.train_data_parallel(strategy, build, x, y, x, y, per_replica_batch=8, epochs=1,
                                        lr=lambda k: 0.05, verbose=False)
     # The same SGD on one device with the global batch gives the same weights
     single = build()
@@ -126,12 +127,12 @@ TF_CHECK = textwrap.dedent("""
             loss = tf.reduce_mean(tf.reduce_mean(tf.square(yb - single(xb)), axis=-1))
         opt.apply(tape.gradient(loss, single.trainable_variables), single.trainable_variables)
     net = build()
-    stages = parallel.split_model(net, devices)
-    out, where = parallel.run_split(stages, x)
-    step = parallel.pipeline_step(stages, x, y, micro_batches=4)
-    ref = parallel.full_batch_gradients(stages, x, y)
+    stages = model_parallel.split_model(net, cpus)
+    out, where = model_parallel.run_split(stages, x)
+    step = gpipe.pipeline_step(stages, x, y, micro_batches=4)
+    ref = model_parallel.full_batch_gradients(stages, x, y)
     print("JSON " + json.dumps({
-        "devices": devices, "replicas": check.replicas, "grad_diff": check.max_abs_difference,
+        "devices": cpus, "replicas": check.replicas, "grad_diff": check.max_abs_difference,
         "grad_scale": check.max_abs_gradient, "replica_weight_diff": run.max_replica_weight_difference,
         "steps": run.steps, "split_diff": float(np.max(np.abs(out.numpy() - net(x).numpy()))),
         "ran_on": [w["ran_on"] for w in where], "weights_on": [w["weights_on"] for w in where],
@@ -145,10 +146,15 @@ TF_CHECK = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def tf_result():
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="-1",
-               PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-c", TF_CHECK], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=REPO_ROOT)
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        CUDA_VISIBLE_DEVICES="-1",
+        PYTHONPATH=str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", TF_CHECK], capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("JSON ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(lines[-1][5:])

@@ -2,13 +2,14 @@
 
     pip download --no-deps vega_datasets==0.9.0 -d /some/folder
     unzip /some/folder/vega_datasets-0.9.0-py3-none-any.whl 'vega_datasets/_data/seattle-temps.csv' -d /some/folder
-    python scripts/make_course_dataset.py /some/folder/vega_datasets/_data/seattle-temps.csv
+    python tools/make_course_dataset.py /some/folder/vega_datasets/_data/seattle-temps.csv
 
 The source has 8,759 hourly readings; one step of the hourly grid, 2010-03-14 03:00 (the night
 clocks went forward in the US), is absent. The course file puts the readings on a regular hourly
 grid of 8,760 steps, fills that one step by linear interpolation between its neighbours, and marks it
 in the `filled` column. See data/README.md for the provenance.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,14 +37,18 @@ def main() -> None:
     regular = series.reindex(grid)
     filled = regular.isna()
     regular = regular.interpolate(method="linear")
-    out = pd.DataFrame({
-        "timestamp": grid.strftime("%Y-%m-%d %H:%M"),
-        "temperature_f": regular.round(1).to_numpy(),
-        "filled": filled.astype(int).to_numpy(),
-    })
+    out = pd.DataFrame(
+        {
+            "timestamp": grid.strftime("%Y-%m-%d %H:%M"),
+            "temperature_f": regular.round(1).to_numpy(),
+            "filled": filled.astype(int).to_numpy(),
+        }
+    )
     out.to_csv(OUT, index=False)
-    print(f"wrote {OUT.name}: {len(out)} rows, {int(filled.sum())} filled, "
-          f"sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}")
+    print(
+        f"wrote {OUT.name}: {len(out)} rows, {int(filled.sum())} filled, "
+        f"sha256 {hashlib.sha256(OUT.read_bytes()).hexdigest()}"
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Writes a one-line `.pth` file into the environment's site-packages that names the course folder,
 so notebooks, tests and worker scripts can `import utils` from any working directory.
 """
+
 from __future__ import annotations
 
 import sys

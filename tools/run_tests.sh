@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the course's tests in .venv: the unit tests, then every notebook executed top to bottom
 # in smoke mode (COURSE_SMOKE=1). Bounded per test, per notebook cell, and as a whole run.
-#   bash scripts/run_tests.sh [all|unit|notebooks]
+#   bash tools/run_tests.sh [all|lint|unit|notebooks]
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +59,15 @@ run() {
 }
 
 rc=0
+if [ "$what" = all ] || [ "$what" = lint ]; then
+  echo "[test] lint and format checks (ruff)"
+  if "$repo/.venv/bin/ruff" check --quiet . && "$repo/.venv/bin/ruff" format --check --quiet .; then
+    echo "[test] ruff: no problem found"
+  else
+    echo "[test] ERROR: ruff found problems (above); \`make format\` fixes most of them" >&2
+    rc=1
+  fi
+fi
 if [ "$what" = all ] || [ "$what" = unit ]; then
   echo "[test] unit tests"
   run tests -q -p no:cacheprovider --timeout=300 --durations=10 || rc=1

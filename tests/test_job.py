@@ -1,0 +1,90 @@
+"""A training script reads its hyperparameters the same way locally and in a SageMaker job."""
+
+import argparse
+import json
+
+import pytest
+
+from utils import job
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    return p
+
+
+def test_local_command_line():
+    args = job.parse(_parser(), ["--epochs", "3", "--batch-size=32"], env={})
+    assert (args.epochs, args.batch_size, args.lr) == (3, 32, 1e-3)
+
+
+def test_sagemaker_style_arguments_with_underscores_and_extra_options():
+    argv = ["--batch_size", "128", "--lr", "0.01", "--model_dir", "s3://bucket/job/model"]
+    args = job.parse(_parser(), argv, env={})
+    assert (args.batch_size, args.lr) == (128, 0.01)
+    assert not hasattr(args, "model_dir")
+
+
+def test_sm_hps_gives_typed_defaults_and_the_command_line_wins():
+    env = {"SM_HPS": json.dumps({"epochs": 7, "batch_size": 256, "unrelated": "x"})}
+    args = job.parse(_parser(), ["--epochs", "2"], env=env)
+    assert args.epochs == 2 and args.batch_size == 256 and isinstance(args.batch_size, int)
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
+def test_bad_sm_hps_says_what_it_should_be(bad):
+    with pytest.raises(ValueError, match="SM_HPS"):
+        job.parse(_parser(), [], env={"SM_HPS": bad})
+
+
+def test_local_run_uses_the_given_checkpoint_dir():
+    paths = job.job_paths("ckpt", env={})
+    assert not paths.on_sagemaker and paths.data_file is None and paths.model_dir is None
+    assert str(paths.checkpoint_dir) == "ckpt"
+    assert job.job_paths("", env={}).checkpoint_dir is None
+
+
+def test_sagemaker_variables_are_read(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "series.csv").write_text("timestamp,temperature_f,filled\n")
+    env = {
+        "SM_MODEL_DIR": "/opt/ml/model",
+        "SM_CHANNEL_TRAIN": str(tmp_path / "train"),
+        "SM_OUTPUT_DATA_DIR": "/opt/ml/output/data",
+    }
+    paths = job.job_paths("", env=env)
+    assert paths.on_sagemaker
+    assert paths.data_file == tmp_path / "train" / "series.csv"
+    assert str(paths.model_dir) == "/opt/ml/model" and str(paths.output_dir) == "/opt/ml/output/data"
+    assert str(paths.checkpoint_dir) == job.SAGEMAKER_CHECKPOINTS
+
+
+def test_empty_train_channel_says_what_to_upload(tmp_path):
+    with pytest.raises(FileNotFoundError, match="upload"):
+        job.job_paths("", env={"SM_CHANNEL_TRAIN": str(tmp_path)})
+
+
+def test_cluster_reads_hosts_and_index():
+    found = job.cluster({"SM_HOSTS": '["algo-1", "algo-2", "algo-3"]', "SM_CURRENT_HOST": "algo-3"})
+    assert found.hosts == ["algo-1", "algo-2", "algo-3"] and found.index == 2
+
+
+def test_no_cluster_outside_a_job():
+    assert job.cluster({}) is None
+
+
+@pytest.mark.parametrize(
+    "env, says",
+    [
+        ({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-9"}, "not in SM_HOSTS"),
+        ({"SM_HOSTS": "[]", "SM_CURRENT_HOST": "algo-1"}, "non-empty JSON list"),
+        ({"SM_HOSTS": "algo-1,algo-2", "SM_CURRENT_HOST": "algo-1"}, "not valid JSON"),
+        ({"SM_CURRENT_HOST": "algo-1"}, "not valid JSON"),
+    ],
+)
+def test_bad_cluster_environment_says_what_is_wrong(env, says):
+    with pytest.raises(ValueError, match=says):
+        job.cluster(env)

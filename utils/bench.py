@@ -1,0 +1,105 @@
+"""Measurements the lessons repeat: Horovod's allreduce over sizes and ranks, and training throughput."""
+
+from __future__ import annotations
+
+import csv
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from utils import envinfo, launch, paths
+
+ALLREDUCE_WORKER = paths.WORKERS / "allreduce_worker.py"
+#: Message sizes (bytes) of the allreduce benchmark: full mode, and smoke mode.
+FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
+SMOKE_SIZES = [4 << 10, 256 << 10, 4 << 20]
+
+
+def measure_allreduce(
+    ranks: Sequence[int], sizes: Sequence[int], repeats: int, timeout: float = 600, env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Time Horovod's allreduce on each number of ranks (extra environment `env`); one row per (ranks, size)."""
+    if not sizes or any(int(s) < 4 for s in sizes):
+        raise ValueError(f"sizes must be byte counts of at least 4 (one float32), got {list(sizes)}")
+    cpu = envinfo.cpu_info()
+    rows = []
+    for n in ranks:
+        start = time.perf_counter()
+        run = launch.launch_horovodrun(
+            ALLREDUCE_WORKER,
+            np=n,
+            args=["--mode", "sizes", "--repeats", str(repeats), "--sizes", *map(str, sorted(sizes))],
+            threads=1,
+            timeout=timeout,
+            env=env,
+            stream=False,
+        )
+        for r in run.records():
+            algbw = r["bytes"] / r["best_seconds"] / 1e9
+            rows.append(
+                {
+                    "np": n,
+                    "bytes": r["bytes"],
+                    "seconds": r["seconds"],
+                    "best_seconds": r["best_seconds"],
+                    "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * 2 * (n - 1) / n,
+                    "repeats": r["repeats"],
+                    "cpu_model": cpu.model,
+                    "usable_cores": cpu.usable_cores,
+                }
+            )
+        print(f"allreduce on {n} ranks: {len(sizes)} sizes measured in {time.perf_counter() - start:.0f} s", flush=True)
+    return rows
+
+
+def write_rows(rows: list[dict[str, Any]], out: Path) -> None:
+    """Write measurement rows as CSV (creating the folder)."""
+    if not rows:
+        raise ValueError(f"no rows to write to {out}: the measurement returned nothing")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def steady_step(step_seconds: Sequence[float]) -> float:
+    """Median step time over the epochs after the first (which traces the graph); every epoch if only one."""
+    if len(step_seconds) == 0:
+        raise ValueError("no step time recorded: the run trained no epoch")
+    return float(np.median(list(step_seconds)[1:] or list(step_seconds)))
+
+
+def synchronous_throughput(records: Sequence[dict[str, Any]]) -> float:
+    """Samples per second of ranks that step together: every rank's batch, at the pace of the slowest rank."""
+    return sum(r["batch"] for r in records) / max(steady_step(r["step_seconds"]) for r in records)
+
+
+def independent_throughput(records: Sequence[dict[str, Any]]) -> float:
+    """Samples per second of workers that never wait for each other: the sum of their own rates."""
+    return sum(r["batch"] / steady_step(r["step_seconds"]) for r in records)
+
+
+@dataclass
+class BestOf:
+    """The best throughput seen for each configuration over alternating rounds (other programs share the cores)."""
+
+    speed: dict[str, float] = field(default_factory=dict)
+    step: dict[str, float] = field(default_factory=dict)
+
+    def add(self, label: str, samples_per_s: float, step_seconds: float) -> None:
+        """Keep this measurement of `label` if it is the fastest so far."""
+        if samples_per_s > self.speed.get(label, 0.0):
+            self.speed[label], self.step[label] = samples_per_s, step_seconds
+
+    def efficiency(self, label: str, baseline: str, workers: int) -> float:
+        """Throughput of `label` over `workers` times that of `baseline` (1.0 is perfect scaling)."""
+        for name in (label, baseline):
+            if name not in self.speed:
+                raise KeyError(f"no measurement named {name!r}; measured: {sorted(self.speed)}")
+        return self.speed[label] / (workers * self.speed[baseline])

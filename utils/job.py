@@ -1,0 +1,130 @@
+"""The SageMaker job contract seen from a training script: hyperparameters, data channel, folders, hosts.
+
+In a job SageMaker passes hyperparameters as `--key value` arguments and SM_HPS, the data channels as
+SM_CHANNEL_<NAME> folders, the model folder as SM_MODEL_DIR and the hosts as SM_HOSTS/SM_CURRENT_HOST;
+outside a job the same script runs with local defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def dashed(argv: Sequence[str]) -> list[str]:
+    """Option names with dashes: SageMaker passes `--batch_size 64` where the script declares `--batch-size`."""
+    out = []
+    for item in argv:
+        if item.startswith("--") and "_" in item.split("=", 1)[0]:
+            name, eq, value = item.partition("=")
+            item = name.replace("_", "-") + eq + value
+        out.append(item)
+    return out
+
+
+def sagemaker_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> dict[str, str]:
+    """The script's options found in SM_HPS (a JSON object SageMaker sets in a job), as parser defaults."""
+    text = env.get("SM_HPS", "")
+    if not text:
+        return {}
+    try:
+        hps = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f'SM_HPS is not valid JSON ({exc}); it should look like {{"epochs": 5}}') from exc
+    if not isinstance(hps, dict):
+        raise ValueError(f"SM_HPS should be a JSON object of hyperparameters, got {type(hps).__name__}")
+    known = {a.dest for a in parser._actions}
+    # Strings, so that argparse converts them with each option's type, as it does for the command line.
+    return {k.replace("-", "_"): str(v) for k, v in hps.items() if k.replace("-", "_") in known}
+
+
+def parse(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
+) -> argparse.Namespace:
+    """Parse `argv` over defaults from SM_HPS; options the script does not know are reported, not fatal.
+
+    SageMaker adds arguments of its own to some containers (e.g. `--model_dir s3://...`): a script
+    that rejected them could not run there unchanged.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    env = os.environ if env is None else env
+    parser.set_defaults(**sagemaker_defaults(parser, env))
+    args, unknown = parser.parse_known_args(dashed(argv))
+    if unknown:
+        print(f"ignoring arguments this script does not use: {' '.join(unknown)}", file=sys.stderr, flush=True)
+    return args
+
+
+SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"  # synced to S3 by SageMaker when a job sets CheckpointConfig
+
+
+@dataclass
+class JobPaths:
+    """Data file, model folder, output folder and checkpoint folder of one training run."""
+
+    on_sagemaker: bool
+    data_file: Path | None
+    model_dir: Path | None
+    output_dir: Path | None
+    checkpoint_dir: Path | None
+
+
+def job_paths(checkpoint_dir: str = "", env: Mapping[str, str] | None = None) -> JobPaths:
+    """Read SM_CHANNEL_TRAIN, SM_MODEL_DIR, SM_OUTPUT_DATA_DIR (in a SageMaker job) or use local defaults."""
+    env = os.environ if env is None else env
+    on_sagemaker = "SM_MODEL_DIR" in env or "SM_CHANNEL_TRAIN" in env
+    data_file = None
+    if env.get("SM_CHANNEL_TRAIN"):
+        channel = Path(env["SM_CHANNEL_TRAIN"])
+        csvs = sorted(channel.glob("*.csv"))
+        if not csvs:
+            raise FileNotFoundError(
+                f"the train channel {channel} holds no .csv file: upload the series CSV "
+                "(data/seattle_hourly_temperature_2010.csv or one in its format) to that S3 prefix"
+            )
+        data_file = csvs[0]
+    ckpt = checkpoint_dir or (SAGEMAKER_CHECKPOINTS if on_sagemaker else "")
+    return JobPaths(
+        on_sagemaker=on_sagemaker,
+        data_file=data_file,
+        model_dir=Path(env["SM_MODEL_DIR"]) if env.get("SM_MODEL_DIR") else None,
+        output_dir=Path(env["SM_OUTPUT_DATA_DIR"]) if env.get("SM_OUTPUT_DATA_DIR") else None,
+        checkpoint_dir=Path(ckpt) if ckpt else None,
+    )
+
+
+@dataclass
+class Cluster:
+    """The hosts of a job and which one this process runs on (SM_HOSTS, SM_CURRENT_HOST)."""
+
+    hosts: list[str]
+    current_host: str
+
+    @property
+    def index(self) -> int:
+        """Position of this host in the job's host list (0 is the chief)."""
+        return self.hosts.index(self.current_host)
+
+
+def cluster(env: Mapping[str, str] | None = None) -> Cluster | None:
+    """The job's hosts read from SM_HOSTS and SM_CURRENT_HOST, or None outside a SageMaker job."""
+    env = os.environ if env is None else env
+    if "SM_HOSTS" not in env and "SM_CURRENT_HOST" not in env:
+        return None
+    try:
+        hosts = json.loads(env.get("SM_HOSTS", ""))
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f'SM_HOSTS is not valid JSON ({exc}); SageMaker sets it as a list, e.g. ["algo-1", "algo-2"]'
+        ) from exc
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        raise ValueError(f"SM_HOSTS must be a non-empty JSON list of host names, got {env.get('SM_HOSTS')!r}")
+    current = env.get("SM_CURRENT_HOST", "")
+    if current not in hosts:
+        raise ValueError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={hosts}: set it to one of those names")
+    return Cluster(hosts=hosts, current_host=current)
