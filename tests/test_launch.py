@@ -1,16 +1,21 @@
-"""The launcher runs workers, reports which one failed and how, and leaves no process behind."""
+"""The launcher runs workers, reports which one failed first and how, and leaves no process behind."""
+
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 import textwrap
 import time
 
 import psutil
 import pytest
-
-from utils import launch
-
 from conftest import needs_horovod
+from test_processes import SLEEPER, reuse_pid, start
+
+from utils import launch, processes
 
 
 def script(tmp_path, name, body):
@@ -19,48 +24,37 @@ def script(tmp_path, name, body):
     return path
 
 
-def leftovers(run_id_or_pids):
-    """Processes still alive from a run (by PID, or with the run's marker in their environment)."""
-    alive = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.pid in run_id_or_pids or proc.environ().get(launch.RUN_MARKER) in run_id_or_pids:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return alive
+def until(check, timeout=10.0):
+    """Call `check` until it returns something false or `timeout` s have passed; return its last value."""
+    deadline = time.monotonic() + timeout
+    while (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
 
 
-def markers_now():
-    found = set()
-    for proc in psutil.process_iter():
-        try:
-            m = proc.environ().get(launch.RUN_MARKER)
-            if m:
-                found.add(m)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
+def leftovers(run_ids):
+    """Live processes of the given runs (found by the marker in their environment)."""
+    return [p for run_id in run_ids for p in processes.marked(launch.RUN_MARKER, run_id)]
 
 
 @pytest.fixture
-def no_leftovers():
-    """Fail the test if any process of a launched run is still alive afterwards."""
-    before = markers_now()
-    yield
-    time.sleep(0.2)
-    stray = [p for p in psutil.process_iter() if _marked(p) and _marked(p) not in before]
-    assert not stray, f"processes left behind: {[(p.pid, p.name()) for p in stray]}"
+def no_leftovers(monkeypatch):
+    """Fail the test if a process of a run it launched is still alive afterwards; yield those runs' IDs.
 
+    Only this test's runs count: another test session on the machine may have runs of its own.
+    """
+    run_ids, real = [], launch.run_workers
 
-def _marked(proc):
-    try:
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return proc.environ().get(launch.RUN_MARKER)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+    def recording(*args, **kwargs):
+        run_ids.append(kwargs["run_id"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(launch, "run_workers", recording)
+    yield run_ids
+    stray = until(lambda: leftovers(run_ids))
+    described = [(p.pid, " ".join(p.cmdline())) for p in stray if processes.alive(p)]
+    processes.stop(stray)
+    assert not stray, f"processes left behind: {described}"
 
 
 OK = """
@@ -97,7 +91,7 @@ def test_tf_workers_normal_run(tmp_path, no_leftovers):
     assert len(set(ports)) == 3
     assert all(r["threads"] == "2" and r["intra"] == "2" for r in records)
     assert [w.returncode for w in result.workers] == [0, 0, 0]
-    assert not leftovers(result.pids)
+    assert not {c.pid for c in psutil.Process().children()} & set(result.pids), "every worker must be collected"
 
 
 def test_tf_worker_that_exits_nonzero_is_named_and_others_are_killed(tmp_path, no_leftovers):
@@ -174,10 +168,11 @@ def test_horovodrun_failing_rank_is_named(tmp_path, no_leftovers):
 def test_horovodrun_hang_is_stopped(tmp_path, no_leftovers):
     start = time.monotonic()
     with pytest.raises(launch.WorkerError) as err:
-        launch.launch_horovodrun(script(tmp_path, "hang.py", HVD_HANG), 2, timeout=20, stream=False)
-    assert time.monotonic() - start < 40
+        # Long enough for rank 0 to start and finish on a busy 2-core machine: else both ranks are still running.
+        launch.launch_horovodrun(script(tmp_path, "hang.py", HVD_HANG), 2, timeout=30, stream=False)
+    assert time.monotonic() - start < 50
     assert err.value.rank == 1, err.value.reason  # the rank that hung, not the launcher
-    assert "hung: rank 1 did not finish within the timeout of 20 s" in err.value.reason
+    assert "hung: rank 1 did not finish within the timeout of 30 s" in err.value.reason
 
 
 def _rank_times(x):
@@ -212,8 +207,8 @@ def _rank_1_hangs():
 def test_horovod_run_hang_is_stopped_and_named(no_leftovers):
     start = time.monotonic()
     with pytest.raises(launch.WorkerError) as err:
-        launch.horovod_run(_rank_1_hangs, 2, timeout=20, stream=False)
-    assert time.monotonic() - start < 40
+        launch.horovod_run(_rank_1_hangs, 2, timeout=30, stream=False)  # see test_horovodrun_hang_is_stopped
+    assert time.monotonic() - start < 50
     assert err.value.rank == 1, err.value.reason
 
 
@@ -252,3 +247,215 @@ def test_missing_horovod_gives_a_clear_message(monkeypatch, tmp_path):
     assert "make horovod" in why and "README" in why
     with pytest.raises(RuntimeError, match="make horovod"):
         launch.launch_horovodrun(script(tmp_path, "ok.py", HVD_OK), 2)
+
+
+FIRST_FAILS = """
+    import json, os, select, sys, time
+    rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    first, pid_file = int(sys.argv[1]), sys.argv[2]
+    if rank == first:
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pid_file + ".tmp", pid_file)
+        sys.exit(3)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(pid_file) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        select.select([os.pidfd_open(int(open(pid_file).read()))], [], [], 60)  # until the peer has ended
+    except ProcessLookupError:
+        pass  # it has ended already
+    time.sleep(0.05)  # a peer notices the lost connection a little later: within one poll of the old launcher
+    print("lost my peer", flush=True)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("first", [1, 0])
+def test_the_worker_that_failed_first_is_named_not_the_lowest_rank(tmp_path, first, no_leftovers):
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "first.py", FIRST_FAILS), 2, args=[first, tmp_path / "pid"], timeout=60, stream=False
+        )
+    assert err.value.rank == first
+    assert err.value.reason.startswith(f"worker {first} exited with code 3")
+    assert "then worker" not in err.value.reason or err.value.reason.endswith(
+        f"; then worker {1 - first} exited with code 1 (a consequence: its peer was gone)"
+    )
+
+
+def test_later_failures_are_named_as_consequences_of_the_first():
+    assert launch._describe_failures([(1, -9), (0, 1)]) == (
+        "worker 1 was killed by signal SIGKILL; then worker 0 exited with code 1 (a consequence: its peer was gone)"
+    )
+    assert launch._describe_failures([(2, 3), (0, 1), (1, 1)]) == (
+        "worker 2 exited with code 3; then worker 0 exited with code 1, then worker 1 exited with code 1 "
+        "(consequences: their peer was gone)"
+    )
+
+
+STUBBORN = """
+    import json, os, signal, subprocess, sys, time
+    rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    ready, late_file = sys.argv[1], sys.argv[2]
+    if rank == 1:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sys.exit(4)
+    # A helper that ignores SIGTERM (so it takes a SIGKILL), and on SIGTERM one more process (for the second scan).
+    helper = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                               "signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"], stdout=subprocess.PIPE)
+    helper.stdout.readline()
+
+    def start_one_more(*_):
+        late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        with open(late_file, "w") as f:
+            f.write(str(late.pid))
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, start_one_more)
+    open(ready, "w").close()
+    time.sleep(120)
+"""
+
+
+def test_every_process_of_a_failed_run_has_ended_and_been_collected_when_the_error_comes(tmp_path, no_leftovers):
+    children = set(psutil.Process().children(recursive=True))
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "stubborn.py", STUBBORN),
+            2,
+            args=[tmp_path / "ready", tmp_path / "late"],
+            timeout=60,
+            stream=False,
+        )
+    # Checked at once, without waiting: nothing of the run runs, and no child of this process is left, not even a zombie.
+    assert no_leftovers and leftovers(no_leftovers) == []
+    assert set(psutil.Process().children(recursive=True)) - children == set()
+    assert err.value.rank == 1 and "worker 1 exited with code 4" in err.value.reason
+    late = int((tmp_path / "late").read_text())  # started on SIGTERM, after the first scan or during it
+    assert not psutil.pid_exists(late) or not processes.alive(psutil.Process(late))
+
+
+def test_clean_up_never_signals_a_process_group_by_a_stored_number(tmp_path, monkeypatch, no_leftovers):
+    calls = []
+    monkeypatch.setattr(os, "killpg", lambda *args: calls.append(args))
+    with pytest.raises(launch.WorkerError):
+        launch.launch_tf_workers(script(tmp_path, "fail.py", FAIL_RANK_1), 3, timeout=60, stream=False)
+    assert calls == []
+
+
+def test_kill_run_spares_a_pid_that_no_longer_belongs_to_the_run():
+    # A bare PID whose process lacks the run's marker: the run's process ended and another program got the PID.
+    bystander = start(SLEEPER)
+    try:
+        assert launch.kill_run("a-run-that-ended", [bystander.pid], grace=0.5) == []
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_kill_run_spares_a_reused_pid_of_a_handle_it_was_given():
+    old = subprocess.Popen([sys.executable, "-c", "pass"])
+    handle = psutil.Process(old.pid)
+    old.wait()
+    newcomer = reuse_pid(old.pid)
+    if newcomer is None:
+        pytest.skip("cannot choose the next PID here (needs root and a writable /proc/sys/kernel/ns_last_pid)")
+    try:
+        assert launch.kill_run("a-run-that-ended", [handle], grace=0.5) == []
+        assert newcomer.poll() is None, "a process that reused the PID of a run's process was signalled"
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
+def test_kill_run_stops_a_runs_processes_given_by_pid_and_their_descendants():
+    env = dict(os.environ, **{launch.RUN_MARKER: "run-by-pid"})
+    # The root carries the marker; its child does not (it cleared its environment): found as a descendant.
+    root = start(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(120)'], env={}); print(c.pid, flush=True); time.sleep(120)",
+        ],
+        env=env,
+    )
+    handle, child = psutil.Process(root.pid), psutil.Process(int(root.first_line))
+    assert launch.kill_run("run-by-pid", [root.pid], grace=1) == []
+    assert not processes.alive(handle) and not processes.alive(child)
+    assert root.pid not in {c.pid for c in psutil.Process().children()}, "kill_run collects this process's child"
+
+
+BIND = """
+    import json, os, socket, sys
+    tc = json.loads(os.environ["TF_CONFIG"])
+    rank = tc["task"]["index"]
+    host, port = tc["cluster"]["worker"][rank].rsplit(":", 1)
+    server = socket.socket()
+    try:
+        server.bind((host, int(port)))   # what TensorFlow does for its gRPC server
+    except OSError as e:
+        sys.exit(f"worker {rank} could not bind {host}:{port}: {e.strerror}")   # Address already in use
+    server.listen()
+    print("RESULT " + json.dumps({"rank": rank, "port": int(port)}))
+"""
+
+
+@pytest.fixture
+def taken_port():
+    """A port another program holds."""
+    with socket.socket() as other:
+        other.bind(("localhost", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+def picking(monkeypatch, choose):
+    """Make `free_ports(n)` return `choose(attempt, n, real_free_ports)`; return the list of picks made."""
+    real, picks = launch.free_ports, []
+
+    def pick(n):
+        picks.append(choose(len(picks) + 1, n, real))
+        return picks[-1]
+
+    monkeypatch.setattr(launch, "free_ports", pick)
+    return picks
+
+
+def test_a_run_whose_port_was_taken_starts_again_on_fresh_ports(
+    tmp_path, monkeypatch, capsys, taken_port, no_leftovers
+):
+    picks = picking(monkeypatch, lambda attempt, n, real: [*real(n - 1), taken_port] if attempt == 1 else real(n))
+    result = launch.launch_tf_workers(script(tmp_path, "bind.py", BIND), 2, timeout=60, stream=False)
+    assert len(picks) == 2 and taken_port not in picks[1]
+    assert [r["port"] for r in result.records()] == picks[1]
+    out = capsys.readouterr().out
+    assert "could not bind its port" in out and "fresh ports (attempt 2 of 3)" in out
+
+
+def test_a_port_taken_every_time_gives_up_after_three_attempts(tmp_path, monkeypatch, capsys, taken_port, no_leftovers):
+    picks = picking(monkeypatch, lambda attempt, n, real: [taken_port] * n)
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(script(tmp_path, "bind.py", BIND), 1, timeout=60, stream=False)
+    assert len(picks) == launch.PORT_ATTEMPTS == 3
+    assert "Address already in use" in str(err.value)
+    assert capsys.readouterr().out.count("starting the run again on fresh ports") == 2
+
+
+def test_a_failure_that_is_not_about_ports_is_not_retried(tmp_path, monkeypatch, no_leftovers):
+    picks = picking(monkeypatch, lambda attempt, n, real: real(n))
+    with pytest.raises(launch.WorkerError):
+        launch.launch_tf_workers(script(tmp_path, "fail.py", FAIL_RANK_1), 2, timeout=60, stream=False)
+    assert len(picks) == 1
+
+
+def test_free_ports_are_distinct_and_unbound():
+    ports = launch.free_ports(8)
+    assert len(set(ports)) == 8
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("localhost", port))

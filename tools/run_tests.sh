@@ -20,24 +20,7 @@ start=$(date +%s)
 # orphaned when a budget ran out) is stopped, and processes of other runs (an open JupyterLab) are not.
 export COURSE_TEST_SESSION="test-$$-$start"
 stop_leftovers() {
-  "$py" - "$COURSE_TEST_SESSION" <<'PYEOF'
-import os, sys
-import psutil
-left = []
-for proc in psutil.process_iter():
-    try:
-        if proc.pid != os.getpid() and proc.environ().get("COURSE_TEST_SESSION") == sys.argv[1]:
-            left.append(proc)
-    except (psutil.Error, OSError):
-        pass
-for proc in left:
-    try:
-        proc.kill()
-    except psutil.Error:
-        pass
-if left:
-    print(f"[test] stopped {len(left)} process(es) left over by the run", file=sys.stderr)
-PYEOF
+  "$py" -m utils.processes stop COURSE_TEST_SESSION "$COURSE_TEST_SESSION" || true
 }
 trap stop_leftovers EXIT
 

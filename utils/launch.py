@@ -1,35 +1,49 @@
 """Start N local workers (Horovod or tf.distribute), bounded in threads and time, and always cleaned up.
 
-Every worker runs in a process group of its own, with its output in a log file. When a worker exits
-with an error, is killed by a signal, or the run outlives its timeout, every process of the run is
-killed (process groups, descendants, and any process that carries the run's marker in its
-environment, which catches the ranks `horovodrun` starts in groups of their own), the end of every
-log is shown, and `WorkerError` says which worker failed and how.
+Every worker runs in a session of its own, with its output in a log file, and a thread of its own that
+waits for it and notes when it ended. When a worker exits with an error, is killed by a signal, or the
+run outlives its timeout, every process of the run is stopped and waited for: the workers, their
+descendants, and any process that carries the run's marker in its environment (which catches the ranks
+`horovodrun` starts in sessions of their own). Processes are signalled through `psutil` handles taken
+when they started, so a PID that was reused by another program is never signalled. Then the end of every
+log is shown, and `WorkerError` names the worker that failed first and how.
 """
+
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
+import portpicker
 import psutil
 
-from utils import TF_STARTUP_NOISE
+from utils import TF_STARTUP_NOISE, processes
 
 #: Environment variable that marks every process of one run, so clean-up finds them all.
 RUN_MARKER = "COURSE_LAUNCH_RUN_ID"
 #: Lines of TensorFlow start-up chatter that are not shown when output is streamed.
 NOISE = TF_STARTUP_NOISE
 LOG_TAIL_LINES = 25
+#: Seconds a process of a stopped run gets between SIGTERM and SIGKILL.
+GRACE = 3.0
+#: How many times `launch_tf_workers` starts a run when a worker finds its port taken.
+PORT_ATTEMPTS = 3
+#: What a tf.distribute worker prints when it cannot bind its port (gRPC, then TensorFlow).
+PORT_TAKEN = ("Address already in use", "Failed to add port", "Could not start gRPC server")
 
 
 class WorkerError(RuntimeError):
@@ -71,7 +85,7 @@ class RunResult:
                 # horovodrun prefixes each rank's lines with "[rank]<stdout>:"
                 text = line.split("<stdout>:", 1)[1] if "<stdout>:" in line else line
                 if text.startswith(prefix):
-                    found.append(json.loads(text[len(prefix):]))
+                    found.append(json.loads(text[len(prefix) :]))
         return sorted(found, key=lambda r: r.get("rank", 0))
 
 
@@ -81,23 +95,25 @@ def thread_env(threads: int) -> dict[str, str]:
         raise ValueError(f"threads must be a whole number of at least 1, got {threads!r}")
     t = str(threads)
     return {
-        "OMP_NUM_THREADS": t,            # OpenMP (oneDNN) thread pools
+        "OMP_NUM_THREADS": t,  # OpenMP (oneDNN) thread pools
         "MKL_NUM_THREADS": t,
-        "OPENBLAS_NUM_THREADS": t,       # NumPy's BLAS
-        "TF_NUM_INTRAOP_THREADS": t,     # TensorFlow: threads inside one op
-        "TF_NUM_INTEROP_THREADS": "1",   # TensorFlow: ops run side by side
+        "OPENBLAS_NUM_THREADS": t,  # NumPy's BLAS
+        "TF_NUM_INTRAOP_THREADS": t,  # TensorFlow: threads inside one op
+        "TF_NUM_INTEROP_THREADS": "1",  # TensorFlow: ops run side by side
     }
 
 
 def _base_env(threads: int, run_id: str, extra: dict[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(thread_env(threads))
-    env.update({
-        RUN_MARKER: run_id,
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-        "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "-1"),
-    })
+    env.update(
+        {
+            RUN_MARKER: run_id,
+            "PYTHONUNBUFFERED": "1",
+            "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+            "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "-1"),
+        }
+    )
     # Workers import the course's utils package from the repository, whatever their working folder.
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
@@ -106,54 +122,115 @@ def _base_env(threads: int, run_id: str, extra: dict[str, str] | None) -> dict[s
     return env
 
 
-def _processes_of_run(run_id: str, roots: Sequence[int]) -> list[psutil.Process]:
-    """Every live process of a run: the roots, their descendants, and any process with the marker."""
-    found: dict[int, psutil.Process] = {}
-    for pid in roots:
-        try:
-            proc = psutil.Process(pid)
-            found[pid] = proc
-            for child in proc.children(recursive=True):
-                found[child.pid] = child
-        except psutil.NoSuchProcess:
-            pass
-    me = os.getpid()
-    for proc in psutil.process_iter():
-        if proc.pid in found or proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(RUN_MARKER) == run_id:
-                found[proc.pid] = proc
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError):
-            continue
-    return list(found.values())
+def worker_env(threads: int = 1, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of one worker of a new run (thread limits, the run's marker, PYTHONPATH), plus `extra`."""
+    return _base_env(threads, uuid.uuid4().hex, extra)
 
 
-def kill_run(run_id: str, roots: Sequence[int], grace: float = 3.0) -> None:
-    """Terminate every process of a run (SIGTERM, then SIGKILL after `grace` seconds)."""
-    procs = _processes_of_run(run_id, roots)
-    for pid in roots:
+def _processes_of_run(run_id: str, roots: Sequence[psutil.Process]) -> list[psutil.Process]:
+    """Every live process of a run: the roots, their descendants, and any process with the run's marker."""
+    found: dict[psutil.Process, None] = {}
+    for root in roots:
         try:
-            os.killpg(pid, signal.SIGTERM)  # each root leads its own process group
-        except (ProcessLookupError, PermissionError):
-            pass
-    for proc in procs:
-        try:
-            proc.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for pid in roots:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for proc in alive + _processes_of_run(run_id, roots):
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
+            found.update(dict.fromkeys([root, *root.children(recursive=True)]))
+        except psutil.NoSuchProcess:  # ended, or its PID now names another process: psutil checks
+            continue
+    found.update(dict.fromkeys(processes.marked(RUN_MARKER, run_id)))
+    return [p for p in found if processes.alive(p)]
+
+
+def _handle(root: psutil.Process | int, run_id: str) -> psutil.Process | None:
+    """A handle on a root; a bare PID counts only if its process carries the run's marker (it may be reused)."""
+    if isinstance(root, psutil.Process):
+        return root
+    try:
+        proc = psutil.Process(root)
+        return proc if proc.environ().get(RUN_MARKER) == run_id else None
+    except (psutil.Error, OSError):
+        return None
+
+
+def kill_run(run_id: str, roots: Sequence[psutil.Process | int] = (), grace: float = GRACE) -> list[psutil.Process]:
+    """Stop every process of a run (SIGTERM, SIGKILL after `grace` s) and wait for each; return any left running.
+
+    The run's processes are `roots` (psutil handles taken when they started, or PIDs of processes that
+    carry the run's marker), their descendants, and every process with the marker `RUN_MARKER=run_id`.
+    """
+    handles = [h for h in (_handle(r, run_id) for r in roots) if h is not None]
+    left = processes.stop(_processes_of_run(run_id, handles), grace)
+    # A second scan: processes started while the first ones were stopping (a launcher that spawned one more).
+    late = [p for p in _processes_of_run(run_id, handles) if p not in left]
+    return left + processes.stop(late, grace)
+
+
+@dataclass
+class _Worker:
+    """A started worker: its Popen, a psutil handle taken at spawn, and (when it ended, exit code) once it has."""
+
+    rank: int
+    popen: subprocess.Popen
+    handle: psutil.Process
+    log: Path
+    waiter: threading.Thread
+    exit: tuple[float, int] | None = None
+
+
+def _start(rank: int, command: Sequence[str], env: dict[str, str], log: Path, ended: threading.Event) -> _Worker:
+    """Start one worker in a session of its own, and a thread that waits for it and notes when it ended."""
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            list(command),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    # Taken before anything can wait for the child, so the handle names this very process.
+    handle = psutil.Process(popen.pid)
+
+    def wait() -> None:
+        code = popen.wait()
+        worker.exit = (time.monotonic(), code)
+        ended.set()
+
+    worker = _Worker(rank, popen, handle, log, threading.Thread(target=wait, name=f"wait-worker-{rank}", daemon=True))
+    worker.waiter.start()
+    return worker
+
+
+def _stop_run(run_id: str, workers: Sequence[_Worker], grace: float = GRACE) -> list[psutil.Process]:
+    """Stop every process of a run and wait for each; return any left running.
+
+    Each worker is collected by its own waiter thread (which keeps its exit code), everything else by
+    `processes.stop`; a second scan catches processes started while the first ones were stopping.
+    """
+    handles = [w.handle for w in workers]
+
+    def others() -> list[psutil.Process]:
+        return [p for p in _processes_of_run(run_id, handles) if p not in handles]
+
+    deadline = time.monotonic() + grace
+    processes.send(handles, signal.SIGTERM)
+    left = processes.stop(others(), grace)
+    for w in workers:
+        w.waiter.join(max(0.0, deadline - time.monotonic()))
+    processes.send([w.handle for w in workers if w.waiter.is_alive()], signal.SIGKILL)
+    for w in workers:
+        w.waiter.join(grace)
+    left += processes.stop([p for p in others() if p not in left], grace)
+    return left + [w.handle for w in workers if w.waiter.is_alive()]
+
+
+def _describe_failures(failed: Sequence[tuple[int, int]]) -> str:
+    """Name the first failure of (rank, exit code) pairs in order of exit, and the later ones as its consequences."""
+    (rank, code), later = failed[0], failed[1:]
+    how = f"worker {rank} {_describe_exit(code)}"
+    if later:
+        then = ", then ".join(f"worker {r} {_describe_exit(c)}" for r, c in later)
+        why = "a consequence: its peer was gone" if len(later) == 1 else "consequences: their peer was gone"
+        how += f"; then {then} ({why})"
+    return how
 
 
 def _describe_exit(code: int) -> str:
@@ -184,8 +261,13 @@ def run_workers(
     stream: bool | Callable[[str], bool] = True,
     explain_failure: Callable[[str], tuple[int, str] | None] | None = None,
     explain_hang: Callable[[], tuple[int | None, str] | None] | None = None,
+    until: Sequence[int] | None = None,
 ) -> RunResult:
-    """Start one process per command, wait for all of them, and clean up whatever happens."""
+    """Start one process per command, wait for all of them, and clean up whatever happens.
+
+    With `until`, the run is over when those ranks have exited successfully; the others are servers
+    that run until they are stopped (a server that exits, or fails, before then fails the run).
+    """
     if not commands:
         raise ValueError("no worker to start: give at least one command")
     if len(envs) != len(commands):
@@ -195,9 +277,9 @@ def run_workers(
     log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="course-run-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     show = stream if callable(stream) else (lambda line: not _is_noise(line)) if stream else None
-    procs: list[subprocess.Popen] = []
-    logs: list[Path] = []
-    offsets: list[int] = []
+    workers: list[_Worker] = []
+    offsets = [0] * len(commands)
+    ended = threading.Event()  # set by a waiter thread whenever its worker ends
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
 
@@ -205,70 +287,79 @@ def run_workers(
         """Print the lines the workers wrote since the last call."""
         if show is None:
             return
-        for rank, path in enumerate(logs):
-            with path.open("rb") as f:
-                f.seek(offsets[rank])
+        for w in workers:
+            with w.log.open("rb") as f:
+                f.seek(offsets[w.rank])
                 data = f.read()
             cut = data.rfind(b"\n") + 1
-            offsets[rank] += cut
+            offsets[w.rank] += cut
             for line in data[:cut].decode(errors="replace").splitlines():
                 if show(line):
-                    print(f"[worker {rank}] {line}" if len(commands) > 1 else line, flush=True)
+                    print(f"[worker {w.rank}] {line}" if len(commands) > 1 else line, flush=True)
 
     try:
-        for rank, (cmd, env) in enumerate(zip(commands, envs)):
-            path = log_dir / f"worker-{rank}.log"
-            logs.append(path)
-            offsets.append(0)
-            with path.open("wb") as out:
-                procs.append(subprocess.Popen(list(cmd), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
+        for rank, (cmd, env) in enumerate(zip(commands, envs, strict=True)):
+            workers.append(_start(rank, cmd, env, log_dir / f"worker-{rank}.log", ended))
         while True:
+            ended.clear()
             pump()
-            codes = [p.poll() for p in procs]
-            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if bad:
-                rank, code = bad[0]
-                explained = explain_failure(logs[rank].read_text(errors="replace")) if explain_failure else None
-                failure = explained or (rank, f"worker {rank} {_describe_exit(code)}")
+            # In order of exit: when one worker dies, its peers fail next (connection errors), not first.
+            failed = sorted((w.exit, w.rank) for w in workers if w.exit is not None and w.exit[1] != 0)
+            if failed:
+                first = workers[failed[0][1]]
+                explained = explain_failure(first.log.read_text(errors="replace")) if explain_failure else None
+                failure = explained or (first.rank, _describe_failures([(r, e[1]) for e, r in failed]))
                 break
-            if all(c == 0 for c in codes):
+            if all(w.exit is not None for w in workers):
                 break
+            if until is not None:
+                if all(workers[r].exit is not None for r in until):
+                    break
+                early = [w.rank for w in workers if w.rank not in until and w.exit is not None]
+                if early:
+                    failure = (early[0], f"server {early[0]} exited before the run was over")
+                    break
             if time.monotonic() - start > timeout:
-                running = [r for r, c in enumerate(codes) if c is None]
+                running = [w.rank for w in workers if w.exit is None]
                 failure = (explain_hang() if explain_hang else None) or (
                     running[0] if len(running) == 1 else None,
-                    f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s")
+                    f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s",
+                )
                 failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
-            time.sleep(0.1)
+            ended.wait(0.1)
         pump()
     except KeyboardInterrupt:
         failure = (None, "interrupted by the user")
         raise
     finally:
-        kill_run(run_id, [p.pid for p in procs])
-        for p in procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+        left = _stop_run(run_id, workers)
+        if left:
+            print(
+                f"WARNING: {len(left)} process(es) of the run would not stop, even with SIGKILL: PIDs "
+                f"{sorted(p.pid for p in left)}. Stop them by hand (kill -9 PID) or restart the machine.",
+                file=sys.stderr,
+                flush=True,
+            )
     seconds = time.monotonic() - start
-    workers = [WorkerResult(rank=r, returncode=p.returncode, log_path=logs[r]) for r, p in enumerate(procs)]
+    results = [WorkerResult(rank=w.rank, returncode=w.exit[1] if w.exit else None, log_path=w.log) for w in workers]
     if failure is not None:
         rank, how = failure
-        tails = "\n".join(f"--- end of worker {w.rank}'s log ({w.log_path}) ---\n{_tail(w.log_path)}" for w in workers)
-        if len(workers) == 1 and rank is not None:
+        tails = "\n".join(f"--- end of worker {w.rank}'s log ({w.log_path}) ---\n{_tail(w.log_path)}" for w in results)
+        if len(results) == 1 and rank is not None:
             # One launcher process (horovodrun or horovod.run) for all ranks: show the failed rank's own lines.
-            mine = [line for line in workers[0].output.splitlines() if line.startswith(f"[{rank}]<")]
+            mine = [line for line in results[0].output.splitlines() if line.startswith(f"[{rank}]<")]
             if mine:
                 tails += f"\n--- last lines of rank {rank} ---\n" + "\n".join(mine[-LOG_TAIL_LINES:])
         raise WorkerError(
             f"The run failed after {seconds:.1f} s: {how}. Every process of the run was stopped.\n"
             f"{tails}\nFull logs: {log_dir}",
-            rank=rank, reason=how, log_dir=log_dir, seconds=seconds,
+            rank=rank,
+            reason=how,
+            log_dir=log_dir,
+            seconds=seconds,
         )
-    return RunResult(workers=workers, seconds=seconds, log_dir=log_dir, pids=[p.pid for p in procs])
+    return RunResult(workers=results, seconds=seconds, log_dir=log_dir, pids=[w.popen.pid for w in workers])
 
 
 def _check_script(script: str | Path) -> Path:
@@ -285,47 +376,124 @@ def _check_count(n: int, what: str) -> None:
 
 def tf_config(n: int, index: int, ports: Sequence[int]) -> dict[str, Any]:
     """The TF_CONFIG of worker `index` in a cluster of `n` workers on localhost."""
-    return {"cluster": {"worker": [f"localhost:{p}" for p in ports[:n]]},
-            "task": {"type": "worker", "index": index}}
+    return {"cluster": {"worker": [f"localhost:{p}" for p in ports[:n]]}, "task": {"type": "worker", "index": index}}
 
 
 def free_ports(n: int) -> list[int]:
-    """`n` distinct free TCP ports on this machine, picked now (never fixed numbers)."""
-    import portpicker  # noqa: PLC0415
-
+    """`n` distinct TCP ports that nothing on this machine has bound, picked now (never fixed numbers)."""
     ports: list[int] = []
     while len(ports) < n:
-        port = portpicker.pick_unused_port()
+        port = portpicker.pick_unused_port()  # binds the port (TCP and UDP) to check that it is free
         if port not in ports:
             ports.append(port)
     return ports
 
 
+def _port_taken(log_dir: Path, n: int) -> bool:
+    """Whether a worker's log says that it could not bind its port (another program took it first)."""
+    logs = (log_dir / f"worker-{rank}.log" for rank in range(n))
+    return any(m in path.read_text(errors="replace") for path in logs if path.exists() for m in PORT_TAKEN)
+
+
 def launch_tf_workers(
-    script: str | Path, n: int, args: Sequence[str] = (), *, threads: int = 1, timeout: float = 300,
-    env: dict[str, str] | None = None, stream: bool | Callable[[str], bool] = True, log_dir: Path | None = None,
+    script: str | Path,
+    n: int,
+    args: Sequence[str] = (),
+    *,
+    threads: int = 1,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    stream: bool | Callable[[str], bool] = True,
+    log_dir: Path | None = None,
 ) -> RunResult:
-    """Run `script` as `n` tf.distribute workers on localhost, each with its own TF_CONFIG."""
+    """Run `script` as `n` tf.distribute workers on localhost, each with its own TF_CONFIG.
+
+    TensorFlow binds the workers' ports itself, so another program can take one between the moment it
+    is picked and then: a run that fails that way is started again on fresh ports (`PORT_ATTEMPTS` in all).
+    """
     _check_count(n, "the number of workers")
     path = _check_script(script)
-    run_id = uuid.uuid4().hex
-    ports = free_ports(n)
-    envs = []
-    for index in range(n):
-        e = _base_env(threads, run_id, env)
-        e["TF_CONFIG"] = json.dumps(tf_config(n, index, ports))
-        envs.append(e)
     commands = [[sys.executable, str(path), *map(str, args)] for _ in range(n)]
-    return run_workers(commands, envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream)
+    attempt = 1
+    while True:
+        run_id = uuid.uuid4().hex
+        ports = free_ports(n)
+        envs = []
+        for index in range(n):
+            e = _base_env(threads, run_id, env)
+            e["TF_CONFIG"] = json.dumps(tf_config(n, index, ports))
+            envs.append(e)
+        try:
+            return run_workers(commands, envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream)
+        except WorkerError as err:
+            if attempt == PORT_ATTEMPTS or not _port_taken(err.log_dir, n):
+                raise
+        attempt += 1
+        print(
+            f"[launch] a worker could not bind its port (one of {ports}: another program took it); "
+            f"starting the run again on fresh ports (attempt {attempt} of {PORT_ATTEMPTS})",
+            flush=True,
+        )
+
+
+def ps_cluster_config(workers: int, ps: int, ports: Sequence[int]) -> dict[str, list[str]]:
+    """The cluster of a ParameterServerStrategy run on localhost: one chief, `workers` workers, `ps` servers."""
+    addresses = [f"localhost:{p}" for p in ports]
+    if len(addresses) < 1 + workers + ps:
+        raise ValueError(f"{1 + workers + ps} ports are needed, got {len(addresses)}")
+    return {
+        "chief": addresses[:1],
+        "worker": addresses[1 : 1 + workers],
+        "ps": addresses[1 + workers : 1 + workers + ps],
+    }
+
+
+def launch_ps_cluster(
+    script: str | Path,
+    workers: int = 2,
+    ps: int = 1,
+    args: Sequence[str] = (),
+    *,
+    threads: int = 1,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    stream: bool | Callable[[str], bool] = True,
+    log_dir: Path | None = None,
+    inter_op_threads: int = 4,
+) -> RunResult:
+    """Run `script` as the coordinator of a ParameterServerStrategy cluster of `workers` workers and `ps`
+    parameter servers on localhost; the servers (scripts/workers/ps_server.py) are stopped when it is done.
+
+    Every process gets `inter_op_threads` inter-op threads: with one, the coordinator's loop can hang.
+    """
+    _check_count(workers, "the number of workers")
+    _check_count(ps, "the number of parameter servers")
+    path, server = (
+        _check_script(script),
+        _check_script(Path(__file__).resolve().parent.parent / "scripts" / "workers" / "ps_server.py"),
+    )
+    roles = [("chief", 0)] + [("worker", i) for i in range(workers)] + [("ps", i) for i in range(ps)]
+    commands = [[sys.executable, str(path), *map(str, args)]] + [[sys.executable, str(server)]] * (workers + ps)
+    run_id = uuid.uuid4().hex
+    cluster = ps_cluster_config(workers, ps, free_ports(len(roles)))
+    envs = []
+    for kind, index in roles:
+        e = _base_env(threads, run_id, env)
+        e["TF_NUM_INTEROP_THREADS"] = str(inter_op_threads)
+        e["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})
+        envs.append(e)
+    return run_workers(commands, envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream, until=[0])
 
 
 def horovod_available() -> tuple[bool, str]:
     """Whether Horovod with TensorFlow and Gloo works here, and if not, why and what to do."""
     try:
-        import horovod.tensorflow as hvd  # noqa: PLC0415
+        import horovod.tensorflow as hvd
     except Exception as exc:
-        return False, (f"Horovod is not available on this machine ({type(exc).__name__}: {exc}). "
-                       "Run `make horovod` in a terminal and see the README, 'Troubleshooting the Horovod build'.")
+        return False, (
+            f"Horovod is not available on this machine ({type(exc).__name__}: {exc}). "
+            "Run `make horovod` in a terminal and see the README, 'Troubleshooting the Horovod build'."
+        )
     if not hvd.gloo_built():
         return False, "Horovod is installed but was built without Gloo; rebuild it with `make horovod`."
     if _horovodrun() is None:
@@ -340,10 +508,9 @@ def _horovodrun() -> str | None:
 
 def _horovodrun_failure(output: str) -> tuple[int, str] | None:
     """The first rank that made horovodrun fail, and how, read from its output."""
-    import re  # noqa: PLC0415
-
-    m = (re.search(r"Process (\d+) exit with status code (-?\d+)", output)
-         or re.search(r"Process name: (\d+)\s+Exit code: (-?\d+)", output))
+    m = re.search(r"Process (\d+) exit with status code (-?\d+)", output) or re.search(
+        r"Process name: (\d+)\s+Exit code: (-?\d+)", output
+    )
     if not m:
         return None
     rank, code = int(m.group(1)), int(m.group(2))
@@ -355,32 +522,41 @@ def _horovodrun_failure(output: str) -> tuple[int, str] | None:
 def _ranks_still_running(run_id: str) -> list[int]:
     """Horovod ranks of a run that are still alive (horovodrun gives each its HOROVOD_RANK)."""
     ranks = set()
-    for proc in _processes_of_run(run_id, []):
+    for proc in processes.marked(RUN_MARKER, run_id):
         try:
-            env = proc.environ()
-            if "HOROVOD_RANK" in env and proc.status() != psutil.STATUS_ZOMBIE:
-                ranks.add(int(env["HOROVOD_RANK"]))
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess, OSError, ValueError):
+            ranks.add(int(proc.environ()["HOROVOD_RANK"]))
+        except (psutil.Error, OSError, KeyError, ValueError):
             continue
     return sorted(ranks)
 
 
 def _horovod_hang(run_id: str) -> Callable[[], tuple[int | None, str] | None]:
     """Name the rank(s) of a Horovod run that were still running when its timeout expired."""
+
     def explain() -> tuple[int | None, str] | None:
         ranks = _ranks_still_running(run_id)
         if not ranks:
             return None
         if len(ranks) == 1:
             return ranks[0], f"hung: rank {ranks[0]} did not finish within the timeout of {{timeout}} s"
-        return None, (f"hung: ranks {ranks} did not finish within the timeout of {{timeout}} s (when one rank "
-                      "stops, the others wait for it in their next collective)")
+        return None, (
+            f"hung: ranks {ranks} did not finish within the timeout of {{timeout}} s (when one rank "
+            "stops, the others wait for it in their next collective)"
+        )
+
     return explain
 
 
 def launch_horovodrun(
-    script: str | Path, np: int, args: Sequence[str] = (), *, threads: int = 1, timeout: float = 300,
-    env: dict[str, str] | None = None, stream: bool | Callable[[str], bool] = True, log_dir: Path | None = None,
+    script: str | Path,
+    np: int,
+    args: Sequence[str] = (),
+    *,
+    threads: int = 1,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    stream: bool | Callable[[str], bool] = True,
+    log_dir: Path | None = None,
     horovodrun_args: Sequence[str] = (),
 ) -> RunResult:
     """Run `script` on `np` local ranks with `horovodrun --gloo -np N -H localhost:N` (plus `horovodrun_args`).
@@ -394,23 +570,45 @@ def launch_horovodrun(
         raise RuntimeError(why)
     run_id = uuid.uuid4().hex
     hosts = [] if "--host-discovery-script" in horovodrun_args else ["-H", f"localhost:{np}"]
-    command = [_horovodrun(), "--gloo", "-np", str(np), *hosts, *map(str, horovodrun_args),
-               sys.executable, str(path), *map(str, args)]
-    return run_workers([command], [_base_env(threads, run_id, env)], timeout=timeout, run_id=run_id,
-                       log_dir=log_dir, stream=stream, explain_failure=_horovodrun_failure,
-                       explain_hang=_horovod_hang(run_id))
+    command = [
+        _horovodrun(),
+        "--gloo",
+        "-np",
+        str(np),
+        *hosts,
+        *map(str, horovodrun_args),
+        sys.executable,
+        str(path),
+        *map(str, args),
+    ]
+    return run_workers(
+        [command],
+        [_base_env(threads, run_id, env)],
+        timeout=timeout,
+        run_id=run_id,
+        log_dir=log_dir,
+        stream=stream,
+        explain_failure=_horovodrun_failure,
+        explain_hang=_horovod_hang(run_id),
+    )
 
 
 def horovod_run(
-    fn: Callable[..., Any], np: int, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None, *,
-    threads: int = 1, timeout: float = 300, stream: bool | Callable[[str], bool] = True,
+    fn: Callable[..., Any],
+    np: int,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    threads: int = 1,
+    timeout: float = 300,
+    stream: bool | Callable[[str], bool] = True,
 ) -> list[Any]:
     """Call `fn(*args, **kwargs)` on `np` ranks with `horovod.run` (Gloo); return each rank's result."""
     _check_count(np, "np (the number of ranks)")
     ok, why = horovod_available()
     if not ok:
         raise RuntimeError(why)
-    import cloudpickle  # noqa: PLC0415
+    import cloudpickle
 
     run_id = uuid.uuid4().hex
     work = Path(tempfile.mkdtemp(prefix="course-hvdrun-"))
@@ -428,19 +626,23 @@ def horovod_run(
     # The horovod.run driver runs in a child process, so that a hang or a crash of any rank is
     # bounded by the timeout and every process it starts is cleaned up with it.
     command = [sys.executable, "-m", "utils.launch", "horovod-run", str(work)]
-    run_workers([command], [_base_env(threads, run_id, None)], timeout=timeout, run_id=run_id,
-                log_dir=work, stream=stream, explain_failure=_horovodrun_failure, explain_hang=_horovod_hang(run_id))
-    import pickle  # noqa: PLC0415
-
+    run_workers(
+        [command],
+        [_base_env(threads, run_id, None)],
+        timeout=timeout,
+        run_id=run_id,
+        log_dir=work,
+        stream=stream,
+        explain_failure=_horovodrun_failure,
+        explain_hang=_horovod_hang(run_id),
+    )
     return pickle.loads((work / "results.pkl").read_bytes())
 
 
 def _horovod_run_driver(work: Path) -> None:
     """Inside the driver process: unpickle the job, run it with horovod.run, pickle the results."""
-    import pickle  # noqa: PLC0415
-
-    import cloudpickle  # noqa: PLC0415
-    import horovod  # noqa: PLC0415
+    import cloudpickle
+    import horovod
 
     fn, args, kwargs, np = pickle.loads((work / "job.pkl").read_bytes())
     results = horovod.run(fn, args=args, kwargs=kwargs, np=np, hosts=f"localhost:{np}", use_gloo=True)
