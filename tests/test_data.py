@@ -162,3 +162,16 @@ def test_shard_rejects_bad_arguments():
         data.shard(x, x, 2, 2)
     with pytest.raises(ValueError, match="cannot be shared among 5 ranks"):
         data.shard(x, x, 0, 5)
+
+
+def test_write_files_splits_the_series_into_consecutive_hours(tmp_path):
+    values = np.arange(10, dtype=float) * 1.5
+    paths_ = data.write_files(values, tmp_path, 3)
+    lines = [line.split(",") for p in paths_ for line in p.read_text().splitlines()]
+    assert [p.name for p in paths_] == ["part-000.csv", "part-001.csv", "part-002.csv"]
+    assert [len(p.read_text().splitlines()) for p in paths_] == [4, 3, 3]
+    assert [int(i) for i, _ in lines] == list(range(10)) and float(lines[3][1]) == 4.5
+    data.write_files(values, tmp_path, 1)  # rewriting the folder leaves no stale part behind
+    assert len(list(tmp_path.glob("part-*.csv"))) == 1
+    with pytest.raises(ValueError, match="from 1 to the 10 values"):
+        data.write_files(values, tmp_path, 11)

@@ -88,3 +88,35 @@ def test_no_cluster_outside_a_job():
 def test_bad_cluster_environment_says_what_is_wrong(env, says):
     with pytest.raises(ValueError, match=says):
         job.cluster(env)
+
+
+def test_tf_config_is_built_from_the_sagemaker_hosts():
+    env = {"SM_HOSTS": '["algo-1", "algo-2"]', "SM_CURRENT_HOST": "algo-2"}
+    found = job.set_tf_config(env)
+    assert found.index == 1
+    assert json.loads(env["TF_CONFIG"]) == {
+        "cluster": {"worker": ["algo-1:2222", "algo-2:2223"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    env = {"SM_HOSTS": '["a", "b", "c"]', "SM_CURRENT_HOST": "a", "MWMS_BASE_PORT": "40000"}
+    job.set_tf_config(env)
+    assert json.loads(env["TF_CONFIG"])["cluster"]["worker"] == ["a:40000", "b:40001", "c:40002"]
+
+
+def test_a_tf_config_already_set_wins_and_is_checked():
+    env = {
+        "TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 0}}),
+        "SM_HOSTS": '["algo-1"]',
+        "SM_CURRENT_HOST": "algo-1",
+    }
+    found = job.set_tf_config(env)
+    assert found.hosts == ["h:1", "h:2"] and found.index == 0
+    with pytest.raises(ValueError, match="not one of the 2 workers"):
+        job.set_tf_config({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"index": 5}})})
+    with pytest.raises(ValueError, match="cluster description"):
+        job.set_tf_config({"TF_CONFIG": "worker 0"})
+
+
+def test_no_cluster_means_one_worker_and_no_tf_config():
+    env = {}
+    assert job.set_tf_config(env).hosts == ["localhost"] and "TF_CONFIG" not in env

@@ -55,3 +55,19 @@ def test_training_lowers_validation_loss_and_beats_the_mean(splits, capsys):
 def test_bad_optimizer_name():
     with pytest.raises(ValueError, match="optimizer"):
         model.compile_forecaster(model.build_forecaster(), optimizer="adamw2")
+
+
+def test_restore_state_copies_weights_and_optimizer_state():
+    course_model = model
+    x, y = np.ones((8, 48), np.float32), np.zeros((8, 24), np.float32)
+    trained = course_model.compile_forecaster(course_model.build_forecaster(width=8, depth=1, seed=1))
+    trained.train_on_batch(x, y)
+    fresh = course_model.compile_forecaster(course_model.build_forecaster(width=8, depth=1, seed=2))
+    course_model.restore_state(fresh, trained)
+    assert all(np.array_equal(a, b) for a, b in zip(fresh.get_weights(), trained.get_weights()))
+    assert int(fresh.optimizer.iterations.numpy()) == 1
+    assert all(
+        np.array_equal(a.numpy(), b.numpy()) for a, b in zip(fresh.optimizer.variables, trained.optimizer.variables)
+    )
+    with pytest.raises(ValueError, match="same architecture"):
+        course_model.restore_state(course_model.build_forecaster(width=8, depth=2), trained)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,3 +82,82 @@ def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: 
         "epochs of work lost", lost, want_lost, hint="the epochs after the last checkpoint, the failed one included"
     )
     return a and b
+
+
+#: The per-worker batch, workers and optimizer settings the distributed-script checks run with.
+EXERCISE_BATCH, EXERCISE_WORKERS = 32, 2
+_REFERENCE_WEIGHTS: dict[tuple, list] = {}
+
+
+def _weights_close(a: list, b: list, tol: float = 1e-4) -> bool:
+    return len(a) == len(b) and all(
+        np.shape(x) == np.shape(y) and np.allclose(x, y, rtol=tol, atol=tol) for x, y in zip(a, b)
+    )
+
+
+def check_mwms_script(script: str | Path, reference: str | Path | None = None, epochs: int = 1) -> bool:
+    """Launch a learner's MultiWorkerMirroredStrategy script on 2 workers; say which TODO is wrong, if any.
+
+    The reference is the same training on ONE worker with the global batch (SGD, same data and order):
+    data parallelism done right gives the same weights.
+    """
+    import tempfile
+
+    from utils import launch, paths
+
+    script = Path(script)
+    reference = Path(reference) if reference else paths.SCRIPTS / "exercises" / "mwms_solution.py"
+    out = Path(tempfile.mkdtemp(prefix="mwms-check-"))
+    args = ["--epochs", str(epochs), "--out", str(out)]
+    try:
+        run = launch.launch_tf_workers(
+            script, EXERCISE_WORKERS, args=args + ["--batch-size", str(EXERCISE_BATCH)], timeout=300, stream=False
+        )
+    except launch.WorkerError as err:
+        print(f"[MWMS script] the script failed on {EXERCISE_WORKERS} workers: {err.reason}.\n{str(err)[-1500:]}")
+        return False
+    recs = run.records()
+    key = (str(reference), reference.stat().st_mtime, epochs)
+    if key not in _REFERENCE_WEIGHTS:  # one worker, global batch: computed once per session
+        one = launch.launch_tf_workers(
+            reference,
+            1,
+            args=["--epochs", str(epochs), "--batch-size", str(EXERCISE_BATCH * EXERCISE_WORKERS)],
+            timeout=300,
+            stream=False,
+        )
+        _REFERENCE_WEIGHTS[key] = one.records()[0]["weights"]
+    expected = _REFERENCE_WEIGHTS[key]
+    saved = sorted(p.name for p in out.glob("*.keras"))
+    problems = []
+    if len(recs) != EXERCISE_WORKERS or any(r["replicas"] != EXERCISE_WORKERS for r in recs):
+        problems.append(
+            f"TODO 1: each worker should see {EXERCISE_WORKERS} replicas, they see "
+            f"{[r['replicas'] for r in recs]}: create tf.distribute.MultiWorkerMirroredStrategy()"
+        )
+    elif any(r["global_batch"] != EXERCISE_BATCH * EXERCISE_WORKERS for r in recs):
+        problems.append(
+            f"TODO 2: the global batch should be {EXERCISE_BATCH} x {EXERCISE_WORKERS} = "
+            f"{EXERCISE_BATCH * EXERCISE_WORKERS}, it is {recs[0]['global_batch']}"
+        )
+    elif not _weights_close(recs[0]["weights"], recs[1]["weights"], 1e-6):
+        problems.append(
+            "TODO 3 or 5: the workers end with different weights: create the model and optimizer "
+            "inside strategy.scope(), and run the step with strategy.run"
+        )
+    elif not _weights_close(recs[0]["weights"], expected):
+        problems.append(
+            "TODO 2 or 4: the workers agree, but not with one worker trained on the global batch: "
+            "distribute the dataset (each worker gets half of every batch) and average the loss over "
+            "the GLOBAL batch (tf.nn.compute_average_loss)"
+        )
+    if saved != ["model-from-worker-0.keras"]:
+        problems.append(f"TODO 6: only worker 0 should save the model; saved: {saved or 'nothing'}")
+    for p in problems:
+        print(f"[MWMS script] not yet: {p}")
+    if not problems:
+        print(
+            f"[MWMS script] correct: {EXERCISE_WORKERS} workers with identical weights, equal to one worker "
+            f"trained on the global batch of {EXERCISE_BATCH * EXERCISE_WORKERS}; only worker 0 saved the model."
+        )
+    return not problems

@@ -226,3 +226,19 @@ def ar1_forecast_floor(phi: float, sigma: float, horizon: int) -> float:
         raise ValueError(f"sigma must be >= 0 and horizon a whole number >= 1, got {sigma}, {horizon!r}")
     h = np.arange(1, horizon + 1)
     return float(np.mean(sigma**2 * (1 - phi ** (2 * h)) / (1 - phi**2)))
+
+
+def write_files(values: np.ndarray, folder: str | Path, files: int) -> list[Path]:
+    """Write a series as `files` CSV files of consecutive hours, one `index,value` line per hour."""
+    if not isinstance(files, (int, np.integer)) or not 1 <= files <= len(values):
+        raise ValueError(f"files must be a whole number from 1 to the {len(values)} values, got {files!r}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("part-*.csv"):
+        old.unlink()
+    paths = []
+    for k, chunk in enumerate(np.array_split(np.arange(len(values)), files)):
+        path = folder / f"part-{k:03d}.csv"
+        path.write_text("".join(f"{i},{values[i]:.2f}\n" for i in chunk))
+        paths.append(path)
+    return paths

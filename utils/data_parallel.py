@@ -65,6 +65,20 @@ def check_replica_gradients(strategy, build_model: Callable[[], object], x: np.n
     return GradientCheck(n, len(x) // n, replica_grads, global_grads)
 
 
+def replica_difference(strategy, model) -> float:
+    """The largest difference between the replicas' copies of any trainable variable (0.0: identical replicas)."""
+    diff = 0.0
+    for var in model.trainable_variables:
+        copies = [v.numpy() for v in strategy.experimental_local_results(getattr(var, "value", var))]
+        if len(copies) != strategy.num_replicas_in_sync:  # one copy per replica, or the comparison means nothing
+            raise RuntimeError(
+                f"{var.path} has {len(copies)} local copies for {strategy.num_replicas_in_sync} replicas: "
+                "create the model inside strategy.scope()"
+            )
+        diff = max(diff, max(float(np.max(np.abs(c - copies[0]))) for c in copies))
+    return diff
+
+
 def warmup_scaled_lr(step: int, base_lr: float, replicas: int, warmup_steps: int) -> float:
     """Linear scaling rule with warm-up: base_lr × replicas, reached linearly over `warmup_steps` steps."""
     if base_lr <= 0 or replicas < 1 or warmup_steps < 0 or step < 0:
@@ -156,12 +170,5 @@ def train_data_parallel(
                 flush=True,
             )
     seconds = time.perf_counter() - start
-    diff = 0.0
-    for var in model.trainable_variables:
-        copies = [v.numpy() for v in strategy.experimental_local_results(var.value)]
-        if len(copies) != strategy.num_replicas_in_sync:  # one copy per replica, or the comparison means nothing
-            raise RuntimeError(
-                f"{var.path} has {len(copies)} local copies for {strategy.num_replicas_in_sync} replicas"
-            )
-        diff = max(diff, max(float(np.max(np.abs(c - copies[0]))) for c in copies))
+    diff = replica_difference(strategy, model)
     return DataParallelRun(train_loss, val_loss, seconds, k, diff, lrs, [w.copy() for w in model.get_weights()])

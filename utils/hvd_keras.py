@@ -39,7 +39,10 @@ class HorovodModel(keras.Model):
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
-        grads = tape.gradient(loss, self.trainable_variables)
+            # Under mixed_float16, compile() wraps the optimizer in a LossScaleOptimizer: scale the loss here,
+            # as Keras's own step does, and the optimizer unscales the gradients it applies (lesson 06).
+            scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+        grads = tape.gradient(scaled, self.trainable_variables)
         # One allreduce per gradient, issued as soon as that gradient exists: the last layers'
         # gradients travel while the first layers' are still being computed (Horovod fuses the
         # ones that are ready together).

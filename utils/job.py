@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +128,38 @@ def cluster(env: Mapping[str, str] | None = None) -> Cluster | None:
     if current not in hosts:
         raise ValueError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={hosts}: set it to one of those names")
     return Cluster(hosts=hosts, current_host=current)
+
+
+#: Port of host i's tf.distribute server in a job: MWMS_BASE_PORT + i (override with the variable of that name).
+MWMS_BASE_PORT = 2222
+
+
+def tf_config_from_cluster(found: Cluster, base_port: int = MWMS_BASE_PORT) -> dict:
+    """The TF_CONFIG of this host in a MultiWorkerMirroredStrategy cluster of the job's hosts."""
+    return {
+        "cluster": {"worker": [f"{host}:{base_port + i}" for i, host in enumerate(found.hosts)]},
+        "task": {"type": "worker", "index": found.index},
+    }
+
+
+def set_tf_config(env: MutableMapping[str, str] | None = None) -> Cluster:
+    """This worker's place in the cluster: from TF_CONFIG if set, else built from SM_HOSTS (and then set)."""
+    env = os.environ if env is None else env
+    if env.get("TF_CONFIG"):
+        try:
+            config = json.loads(env["TF_CONFIG"])
+            workers, index = list(config["cluster"]["worker"]), int(config["task"]["index"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"TF_CONFIG is not a worker's cluster description ({type(exc).__name__}: {exc}); it should look like "
+                '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
+            ) from exc
+        if not 0 <= index < len(workers):
+            raise ValueError(f"TF_CONFIG's task index {index} is not one of the {len(workers)} workers it lists")
+        return Cluster(hosts=workers, current_host=workers[index])
+    found = cluster(env)
+    if found is None:  # one worker on its own: the strategy needs no TF_CONFIG
+        return Cluster(hosts=["localhost"], current_host="localhost")
+    base = int(env.get("MWMS_BASE_PORT", MWMS_BASE_PORT))
+    env["TF_CONFIG"] = json.dumps(tf_config_from_cluster(found, base))
+    return found

@@ -193,3 +193,24 @@ def learning_curve_point(
         epoch_seconds=timer.seconds,
         wall_seconds=wall,
     )
+
+
+def restore_state(net, saved) -> None:
+    """Copy a saved model's weights and optimizer state into `net` (built, e.g. inside a strategy's scope)."""
+    if len(net.weights) != len(saved.weights):
+        raise ValueError(
+            f"the saved model has {len(saved.weights)} weights and this one {len(net.weights)}: "
+            "build the same architecture (width, depth) as the checkpoint, or start from a new folder"
+        )
+    for target, source in zip(net.weights, saved.weights):
+        target.assign(source.numpy())
+    if saved.optimizer is not None and net.optimizer is not None:
+        if not net.optimizer.built:
+            net.optimizer.build(net.trainable_variables)
+        pairs = list(zip(net.optimizer.variables, saved.optimizer.variables))
+        if len(net.optimizer.variables) != len(saved.optimizer.variables) or any(
+            tuple(a.shape) != tuple(b.shape) for a, b in pairs
+        ):
+            raise ValueError("the saved optimizer's state does not fit this optimizer: use the same --optimizer")
+        for target, source in pairs:  # same order: iterations, learning rate, then one set per variable
+            target.assign(source.numpy())

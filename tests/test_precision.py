@@ -1,0 +1,214 @@
+"""Number formats, rounding, dtype policies and the lesson-06 helpers, against values worked out by hand."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from conftest import needs_horovod
+
+from utils import data, launch, paths, precision
+
+
+def test_float16_limits_by_hand():
+    info = precision.format_info("float16")
+    assert info.max == 65504.0 == (2 - 2**-10) * 2**15
+    assert info.smallest_normal == 2.0**-14
+    assert info.smallest_subnormal == 2.0**-24
+    assert info.epsilon == 2.0**-10
+    assert info.bits == 16
+
+
+def test_bfloat16_limits_by_hand():
+    info = precision.format_info("bfloat16")
+    assert info.epsilon == 2.0**-7 == 0.0078125
+    assert info.smallest_normal == 2.0**-126
+    assert info.max == (2 - 2**-7) * 2.0**127
+    assert (info.exponent_bits, info.mantissa_bits, info.bits) == (8, 7, 16)
+
+
+def test_tf32_and_fp8_limits():
+    tf32 = precision.format_info("tf32")
+    assert tf32.epsilon == 2.0**-10 and tf32.smallest_normal == 2.0**-126 and tf32.bits == 19
+    assert precision.format_info("float8_e4m3fn").max == 448.0  # no infinity: the top code is a number
+    assert precision.format_info("float8_e5m2").max == 57344.0 == 1.75 * 2**15
+
+
+@pytest.mark.parametrize("name", ["float32", "bfloat16", "float16", "float8_e5m2"])
+def test_bit_count_formula_matches_the_types(name):
+    assert precision.ieee_limits(*precision.FORMAT_BITS[name], name=name) == precision.format_info(name)
+
+
+def test_what_values_become():
+    fp16 = precision.round_to([1e-8, 70_000.0, 1 + 2.0**-9, 3e-8, 65_519.0, 65_520.0], "float16")
+    assert fp16[0] == 0.0  # below 2^-25, half the smallest subnormal
+    assert np.isinf(fp16[1])
+    assert fp16[2] == 1 + 2.0**-9
+    assert fp16[3] == 2.0**-24  # just above 2^-25: rounds up to the smallest subnormal
+    assert fp16[4] == 65504.0 and np.isinf(fp16[5])  # 65520 = 65504 + half a step: ties to even, to infinity
+    bf16 = precision.round_to([1e-8, 70_000.0, 1 + 2.0**-9], "bfloat16")
+    assert bf16[1] == 137 * 512  # steps of 2^16 x 2^-7 = 512 at 70 000
+    assert bf16[2] == 1.0
+    assert abs(bf16[0] / 1e-8 - 1) < 2.0**-8
+
+
+def test_tf32_rounds_to_ten_mantissa_bits():
+    assert precision.round_to(1 + 2.0**-11, "tf32") == 1.0  # a tie: to even
+    assert precision.round_to(1 + 3 * 2.0**-11, "tf32") == 1 + 2.0**-9  # a tie: to even, upwards
+    assert precision.round_to(1 + 2.0**-10, "tf32") == 1 + 2.0**-10
+
+
+def test_bit_fields():
+    assert precision.bit_fields(1.0, "float16") == ("0", "01111", "0000000000")
+    assert precision.bit_fields(-2.0, "bfloat16") == ("1", "10000000", "0000000")
+    assert precision.bit_fields(0.5, "float32") == ("0", "01111110", "0" * 23)
+    assert precision.bit_fields(1.0, "float8_e4m3fn") == ("0", "0111", "000")
+
+
+def test_fate_counts_zero_subnormal_overflow():
+    values = [2.0**-26, 2.0**-20, 1.0, 1e5]
+    assert precision.fate(values, "float16") == {"zero": 0.25, "subnormal": 0.25, "overflow": 0.25}
+    # x 2^10: 2^-26 -> 2^-16 (subnormal), 2^-20 -> 2^-10 (normal), 1e5 -> still above 65504
+    assert precision.fate(values, "float16", scale=2.0**10) == {"zero": 0.0, "subnormal": 0.25, "overflow": 0.25}
+    assert precision.fate(values, "bfloat16") == {"zero": 0.0, "subnormal": 0.0, "overflow": 0.0}
+
+
+def test_required_scale():
+    assert precision.required_scale(1e-10) == 2.0**20  # 2^-14 / 1e-10 = 610 352
+    assert precision.required_scale(2e-9) == 2.0**15  # 30 518 -> 32 768
+    assert precision.required_scale(1.0) == 1.0
+    assert precision.required_scale(2.0**-20, "bfloat16") == 1.0
+
+
+@pytest.mark.parametrize("bad", ["int8", np.int32, "uint16"])
+def test_non_float_dtype_is_refused_clearly(bad):
+    with pytest.raises(TypeError, match="not a floating-point type"):
+        precision.storage_type(bad)
+
+
+def test_unknown_names_are_refused_clearly():
+    with pytest.raises(ValueError, match="unknown number format 'float12'"):
+        precision.format_info("float12")
+    with pytest.raises(ValueError, match="round_to"):
+        precision.storage_type("tf32")
+    with pytest.raises(ValueError, match="mixed_bfloat16"):
+        precision.check_policy("mixed_float8")
+    with pytest.raises(ValueError, match="mixed_bfloat16"):
+        precision.build_forecaster("bfloat16_mixed")
+    with pytest.raises(ValueError, match="positive"):
+        precision.required_scale(0.0)
+    with pytest.raises(ValueError, match="bits"):
+        precision.ieee_limits(1, 3)
+
+
+def test_policies_give_float32_variables_and_16_bit_compute():
+    net = precision.build_forecaster("mixed_bfloat16", width=8, depth=1)
+    rows = {r["layer"]: r for r in precision.layer_dtypes(net)}
+    assert rows["hidden_0"]["variables"] == "float32" and rows["hidden_0"]["compute"] == "bfloat16"
+    assert rows["hidden_0"]["output"] == "bfloat16"
+    assert rows["output_float32"]["output"] == "float32" and str(net.output.dtype) == "float32"
+    assert keras.config.dtype_policy().name == "float32", "the global policy must be restored"
+
+
+def test_compile_wraps_the_optimizer_only_for_mixed_float16():
+    kinds = {}
+    for policy in precision.POLICIES:
+        net = precision.build_forecaster(policy, width=8, depth=1)
+        net.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+        kinds[policy] = type(net.optimizer).__name__
+    assert kinds == {"float32": "Adam", "mixed_bfloat16": "Adam", "mixed_float16": "LossScaleOptimizer"}
+
+
+def test_dense_flops_by_hand():
+    net = precision.build_forecaster("float32", lookback=4, horizon=2, width=3, depth=1)
+    assert precision.dense_flops(net, batch=10) == 6 * (4 * 3 + 3 * 2) * 10
+
+
+def test_weighted_loss_with_scaled_epsilon_trains_float32_identically():
+    splits = data.prepare(data.synthetic_series(24 * 40, seed=1))
+    plain = precision.train_weighted("float32", splits, epochs=1, loss_weight=1.0, batch_size=128)
+    weighted = precision.train_weighted("float32", splits, epochs=1, loss_weight=2.0**-15, batch_size=128)
+    assert np.allclose(plain["val_mse"], weighted["val_mse"], rtol=1e-5, atol=0)
+
+
+def test_unscaled_float16_loses_small_gradients_that_bfloat16_keeps():
+    splits = data.prepare(data.synthetic_series(24 * 40, seed=1))
+    rng = np.random.default_rng(0)
+    net = precision.build_forecaster("float32", width=16, depth=1)
+    idx = rng.integers(0, len(splits.x_train), 64)
+    mags = precision.gradient_magnitudes(net, splits.x_train[idx], splits.y_train[idx], loss_weight=2.0**-30)
+    every = np.concatenate([g.ravel() for g in mags.values()])
+    assert precision.fate(every, "float16")["zero"] > 0.5
+    assert precision.fate(every, "bfloat16")["zero"] == 0.0
+
+
+def test_fp16_average_expected_by_hand():
+    expected = precision.fp16_average_expected(2)
+    # rank 0: 1 + 2^-12 -> 1, rank 1: 2 + 2^-11 -> 2 (less than half a float16 step); 1e-8, 2e-8 -> 0
+    assert expected.tolist() == [1.5, 4.5, 0.0, 1.5 * 2.0**-5]
+
+
+def test_check_without_an_answer_does_not_launch(capsys):
+    assert precision.check_fp16_allreduce(None) is False
+    assert "not answered yet" in capsys.readouterr().out
+
+
+def _fp16_average(grad):
+    import horovod.tensorflow as hvd
+
+    return hvd.allreduce(grad, op=hvd.Average, compression=hvd.Compression.fp16)
+
+
+def _plain_average(grad):
+    import horovod.tensorflow as hvd
+
+    return hvd.allreduce(grad, op=hvd.Average)
+
+
+@needs_horovod
+def test_fp16_exercise_check_accepts_compression_and_rejects_plain_average(capsys):
+    assert precision.check_fp16_allreduce(_fp16_average) is True
+    assert precision.check_fp16_allreduce(_plain_average) is False
+    assert "Compression.fp16" in capsys.readouterr().out
+
+
+@needs_horovod
+def test_allreduce_worker_halves_bytes_and_keeps_ranks_identical():
+    args = ["--width", "64", "--depth", "1", "--batch-size", "64", "--rounds", "1", "--repeats", "2", "--steps", "3"]
+    ranks = launch.launch_horovodrun(
+        paths.WORKERS / "precision_allreduce.py", np=2, args=args, timeout=240, stream=False
+    ).records()
+    assert [r["rank"] for r in ranks] == [0, 1]
+    params = 48 * 64 + 64 + 64 * 24 + 24
+    assert ranks[0]["parameters"] == params
+    assert ranks[0]["tensor_bytes"] == {"none": 4 * params, "fp16": 2 * params}
+    # bytes written to the sockets: at 2 ranks a ring sends K per rank, plus small negotiation messages
+    written = ranks[0]["allreduce"]
+    assert 4 * params <= written["none"]["bytes_written"] < 4 * params + 4096
+    assert 2 * params <= written["fp16"]["bytes_written"] < 2 * params + 4096
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]
+
+
+def test_memory_worker_counts_bytes(tmp_path):
+    run = launch.launch_tf_workers(
+        paths.WORKERS / "precision_memory.py",
+        1,
+        args=["--policies", "float32", "mixed_bfloat16", "--batches", "256", "--width", "256", "--depth", "1"],
+        env={"TF_CPU_ALLOCATOR_USE_BFC": "true"},
+        timeout=240,
+        stream=False,
+    )
+    rows = {r["policy"]: r for r in run.records()[0]["rows"]}
+    params = 48 * 256 + 256 + 256 * 24 + 24
+    for r in rows.values():
+        # weights and Adam's two slots, all float32, are held between steps
+        assert r["held_bytes"] >= 3 * 4 * params
+        assert r["peak_bytes"] > r["held_bytes"]
+    assert json.dumps(rows)  # plain JSON values
+
+
+def test_memory_worker_refuses_to_run_without_the_bfc_allocator():
+    with pytest.raises(launch.WorkerError, match="exited with code 1"):
+        launch.launch_tf_workers(paths.WORKERS / "precision_memory.py", 1, timeout=120, stream=False)

@@ -1,0 +1,386 @@
+"""Number formats and mixed precision: format limits, rounding, Keras dtype policies, and what lesson 06 measures."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+#: Exponent and mantissa (fraction) bits of each format, sign bit apart.
+FORMAT_BITS: dict[str, tuple[int, int]] = {
+    "float32": (8, 23),
+    "tf32": (8, 10),
+    "bfloat16": (8, 7),
+    "float16": (5, 10),
+    "float8_e5m2": (5, 2),
+    "float8_e4m3fn": (4, 3),
+}
+#: The formats that exist as array types (NumPy or ml_dtypes); TF32 lives only inside GPU matrix units.
+STORAGE_TYPES: dict[str, Any] = {
+    "float32": np.float32,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float16": np.float16,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+}
+#: The Keras 3 dtype policies the lesson compares.
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    """A floating-point format: its bit layout and the limits that follow from it."""
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    max: float
+    smallest_normal: float
+    smallest_subnormal: float
+    epsilon: float
+
+    @property
+    def bits(self) -> int:
+        """Total width: sign, exponent and mantissa bits."""
+        return 1 + self.exponent_bits + self.mantissa_bits
+
+
+def _unknown_format(name: object) -> ValueError:
+    return ValueError(f"unknown number format {name!r}: use one of {sorted(FORMAT_BITS)}")
+
+
+def storage_type(name: str) -> Any:
+    """The NumPy/ml_dtypes scalar type of a format name; a clear error for TF32, unknown names and non-floats."""
+    if not isinstance(name, str):
+        name = np.dtype(name).name  # a NumPy dtype or type given instead of a name
+    if name in STORAGE_TYPES:
+        return STORAGE_TYPES[name]
+    if name == "tf32":
+        raise ValueError("tf32 has no storage type (it exists only inside GPU matrix units): use round_to(x, 'tf32')")
+    try:
+        kind = np.dtype(name).kind
+    except TypeError:
+        kind = None
+    if kind in ("i", "u", "b"):
+        raise TypeError(
+            f"{name!r} is not a floating-point type: mixed precision is about float formats, "
+            f"use one of {sorted(FORMAT_BITS)}"
+        )
+    raise _unknown_format(name)
+
+
+def ieee_limits(exponent_bits: int, mantissa_bits: int, name: str = "") -> FormatInfo:
+    """Limits of an IEEE-754-style binary format (top exponent reserved for inf/NaN), from its bit counts."""
+    if (
+        not (isinstance(exponent_bits, int) and isinstance(mantissa_bits, int))
+        or exponent_bits < 2
+        or mantissa_bits < 1
+    ):
+        raise ValueError(
+            f"give whole numbers of bits: exponent >= 2 and mantissa >= 1, got {exponent_bits!r}, {mantissa_bits!r}"
+        )
+    bias = 2 ** (exponent_bits - 1) - 1
+    return FormatInfo(
+        name=name or f"e{exponent_bits}m{mantissa_bits}",
+        exponent_bits=exponent_bits,
+        mantissa_bits=mantissa_bits,
+        max=(2 - 2.0**-mantissa_bits) * 2.0**bias,
+        smallest_normal=2.0 ** (1 - bias),
+        smallest_subnormal=2.0 ** (1 - bias - mantissa_bits),
+        epsilon=2.0**-mantissa_bits,
+    )
+
+
+def format_info(name: str) -> FormatInfo:
+    """The limits of a format, read from its array type (`finfo`); TF32's from its bit layout."""
+    if name == "tf32":
+        return ieee_limits(*FORMAT_BITS["tf32"], name="tf32")
+    t = storage_type(name)
+    fi = ml_dtypes.finfo(t) if name in ("bfloat16", "float8_e5m2", "float8_e4m3fn") else np.finfo(t)
+    return FormatInfo(
+        name=name,
+        exponent_bits=FORMAT_BITS[name][0],
+        mantissa_bits=FORMAT_BITS[name][1],
+        max=float(fi.max),
+        smallest_normal=float(fi.smallest_normal),
+        smallest_subnormal=float(fi.smallest_subnormal),
+        epsilon=float(fi.eps),
+    )
+
+
+def round_to(values: Any, name: str) -> np.ndarray:
+    """`values` stored in format `name` (round to nearest even) and read back as float64."""
+    x = np.asarray(values, dtype=np.float64)
+    if name == "tf32":  # float32 with the 13 lowest mantissa bits rounded away
+        bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x0FFF + ((bits >> 13) & 1)) & ~np.uint64(0x1FFF)
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    single = x.astype(np.float32)  # the values a model holds are float32 to begin with
+    if name == "float32":
+        return single.astype(np.float64)
+    with np.errstate(over="ignore"):  # too large for the format: inf (or NaN where it has no inf), as intended
+        return single.astype(storage_type(name)).astype(np.float64)
+
+
+def bit_fields(value: float, name: str) -> tuple[str, str, str]:
+    """(sign, exponent, mantissa) bits of `value` once stored in format `name`."""
+    e, m = FORMAT_BITS.get(name, (None, None)) if isinstance(name, str) else (None, None)
+    if e is None:
+        raise _unknown_format(name)
+    if name in ("float32", "tf32"):
+        word = int(np.asarray(round_to(value, name), dtype=np.float32).view(np.uint32))
+        bits = format(word, "032b")[: 1 + e + m]
+    else:
+        stored = np.asarray(value, dtype=np.float32).astype(storage_type(name))
+        width = 1 + e + m
+        bits = format(int(stored.view(np.uint16 if width == 16 else np.uint8)), f"0{width}b")
+    return bits[0], bits[1 : 1 + e], bits[1 + e :]
+
+
+def fate(values: Any, name: str = "float16", scale: float = 1.0) -> dict[str, float]:
+    """Fractions of the nonzero `values` that, multiplied by `scale` and stored in `name`, become 0, subnormal, inf."""
+    info = format_info(name)
+    x = np.abs(np.asarray(values, dtype=np.float64).ravel())
+    x = x[x > 0] * scale
+    if x.size == 0:
+        raise ValueError("no nonzero value given: pass the gradients (or values) to classify")
+    stored = np.abs(round_to(x, name))
+    return {
+        "zero": float(np.mean(stored == 0)),
+        "subnormal": float(np.mean((stored > 0) & (stored < info.smallest_normal))),
+        "overflow": float(np.mean(~np.isfinite(stored) | (stored > info.max))),
+    }
+
+
+def required_scale(smallest: float, name: str = "float16") -> float:
+    """The smallest power of two that lifts `smallest` to at least the format's smallest normal number."""
+    if not (isinstance(smallest, (int, float, np.floating)) and smallest > 0 and math.isfinite(smallest)):
+        raise ValueError(f"smallest must be a positive finite magnitude, got {smallest!r}")
+    need = format_info(name).smallest_normal / float(smallest)
+    return float(2.0 ** max(0, math.ceil(math.log2(need))))
+
+
+def check_policy(policy: str) -> str:
+    """Return `policy` if it is one the lesson compares; otherwise a clear error that lists them."""
+    if policy not in POLICIES:
+        raise ValueError(
+            f"unknown dtype policy {policy!r}: use one of {list(POLICIES)} "
+            "(Keras also accepts a plain float dtype name such as 'float16' for pure 16-bit layers)"
+        )
+    return policy
+
+
+def build_forecaster(policy: str, **kwargs: Any):
+    """The course forecaster with its layers in `policy`, plus a float32 output (the recipe); the global policy is kept."""
+    import keras
+
+    from utils import model as course_model
+
+    check_policy(policy)
+    saved = keras.config.dtype_policy()
+    try:
+        keras.config.set_dtype_policy(policy)  # layers and the model itself (compile reads the model's policy)
+        net = course_model.build_forecaster(**kwargs)
+        out = keras.layers.Activation("linear", dtype="float32", name="output_float32")(net.output)
+        return keras.Model(net.input, out, name=f"forecaster_{policy}")
+    finally:
+        keras.config.set_dtype_policy(saved)
+
+
+def layer_dtypes(model) -> list[dict[str, str]]:
+    """Each layer's policy, variable dtype, compute dtype and output dtype, read from the built model."""
+    rows = []
+    for layer in model.layers:
+        policy = layer.dtype_policy
+        rows.append(
+            {
+                "layer": layer.name,
+                "policy": policy.name,
+                "variables": ", ".join(sorted({str(v.dtype) for v in layer.weights})) or "-",
+                "compute": str(policy.compute_dtype),
+                "output": str(layer.output.dtype),
+            }
+        )
+    return rows
+
+
+def train_weighted(
+    policy: str,
+    splits,
+    *,
+    epochs: int,
+    loss_weight: float = 1.0,
+    dynamic_scaling: bool = False,
+    batch_size: int = 64,
+    seed: int = 0,
+) -> dict[str, list[float]]:
+    """Fit the forecaster with its loss times `loss_weight` (Adam's epsilon too: float32 trains the same); MSE per epoch."""
+    import keras
+
+    if not loss_weight > 0:
+        raise ValueError(f"loss_weight must be positive, got {loss_weight!r}")
+    net = build_forecaster(policy, seed=seed)
+    opt = keras.optimizers.Adam(1e-3, epsilon=1e-7 * loss_weight)  # Adam's update is scale-free but for epsilon
+    if dynamic_scaling:
+        opt = keras.optimizers.LossScaleOptimizer(opt)
+    weighted = lambda y, p: loss_weight * keras.ops.mean(keras.ops.square(y - p), axis=-1)
+    net.compile(optimizer=opt, loss=weighted, metrics=["mse"], auto_scale_loss=False)
+    keras.utils.set_random_seed(seed)
+    history = net.fit(
+        splits.x_train,
+        splits.y_train,
+        batch_size=batch_size,
+        epochs=epochs,
+        verbose=0,
+        validation_data=(splits.x_val, splits.y_val),
+    )
+    return {"mse": history.history["mse"], "val_mse": history.history["val_mse"]}
+
+
+def dense_flops(model, batch: int) -> float:
+    """Floating-point operations of one training step of the Dense layers: 3 x 2 x inputs x units x batch."""
+    import keras
+
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    return float(sum(6 * int(d.kernel.shape[0]) * int(d.kernel.shape[1]) for d in dense) * batch)
+
+
+def matmul_gflops(n: int, dtype: str, seconds: float = 0.3) -> float:
+    """Best GFLOP/s of an n x n by n x n matmul in `dtype` ('float32', 'bfloat16', 'float16') over about `seconds`."""
+    import tensorflow as tf
+
+    storage_type(dtype)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a whole number of at least 1, got {n!r}")
+    rng = np.random.default_rng(0)
+    a, b = (tf.cast(tf.constant(rng.normal(size=(n, n)), tf.float32), dtype) for _ in range(2))
+    mm = tf.function(tf.linalg.matmul)
+    mm(a, b).numpy()  # trace and warm up
+    best, spent = math.inf, 0.0
+    while spent < seconds or best == math.inf:
+        start = time.perf_counter()
+        mm(a, b).numpy()
+        took = time.perf_counter() - start
+        best, spent = min(best, took), spent + took
+    return 2 * n**3 / best / 1e9
+
+
+def step_timer():
+    """A Keras callback that records the wall time of every training batch in `.seconds`."""
+    import keras
+
+    class StepTimer(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.seconds: list[float] = []
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._start = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return StepTimer()
+
+
+def gradient_magnitudes(model, x: np.ndarray, y: np.ndarray, loss_weight: float = 1.0) -> dict[str, np.ndarray]:
+    """|gradient| of the MSE loss (times `loss_weight`) for every kernel, and for every Dense layer's output."""
+    import keras
+    import tensorflow as tf
+
+    dense = [layer for layer in model.layers if isinstance(layer, keras.layers.Dense)]
+    probe = keras.Model(model.input, [layer.output for layer in dense] + [model.output])
+    with tf.GradientTape() as tape:
+        *outs, pred = probe(tf.constant(x), training=True)
+        loss = loss_weight * tf.reduce_mean(tf.square(tf.cast(pred, tf.float32) - y))
+    kernels = [layer.kernel.value for layer in dense]
+    grads = tape.gradient(loss, kernels + outs)
+    found = {f"{layer.name} kernel": np.abs(g.numpy()) for layer, g in zip(dense, grads[: len(dense)])}
+    found.update({f"{layer.name} output (signal)": np.abs(g.numpy()) for layer, g in zip(dense, grads[len(dense) :])})
+    return found
+
+
+def _exercise_rank(fn: Callable[[Any], Any]) -> dict[str, Any]:
+    """On one Horovod rank: call the learner's `fn` on this rank's gradient and return what it gives back."""
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+
+    hvd.init()
+    result = fn(tf.constant(exercise_gradient(hvd.rank())))
+    if result is None:
+        return {"rank": hvd.rank(), "result": None, "dtype": None}
+    return {"rank": hvd.rank(), "result": np.asarray(result.numpy()), "dtype": str(result.dtype.name)}
+
+
+def exercise_gradient(rank: int) -> np.ndarray:
+    """The float32 'gradient' rank `rank` holds in the compression exercise (values chosen so fp16 rounding shows)."""
+    base = np.array([1 + 2.0**-12, 3.0, 1e-8, 2.0**-5], dtype=np.float32)
+    return base * (rank + 1)
+
+
+def fp16_average_expected(ranks: int) -> np.ndarray:
+    """What averaging the exercise gradients gives when each is sent as float16: round, sum in fp16, halve."""
+    sent = [np.asarray(exercise_gradient(r), dtype=np.float16) for r in range(ranks)]
+    total = sent[0]
+    for s in sent[1:]:
+        total = (total + s).astype(np.float16)
+    return (total.astype(np.float32) / ranks).astype(np.float32)
+
+
+def check_fp16_allreduce(fn: Callable[[Any], Any] | None, ranks: int = 2, timeout: float = 120) -> bool:
+    """Exercise: run the learner's `fn(grad)` on `ranks` Horovod ranks; it must average in 16 bits and return float32."""
+    from utils import checks, launch
+
+    if fn is None:
+        print("[fp16 allreduce] not answered yet: write the function, assign it, and run the cell again.")
+        return False
+    ok, why = launch.horovod_available()
+    if not ok:
+        print("[fp16 allreduce] cannot run here:", why)
+        return False
+    import sys
+
+    import cloudpickle
+
+    # The ranks may not be able to import the module that defines `fn` (a notebook's is sent by value already).
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    by_value = module is not None and module.__name__ != "__main__" and not module.__name__.startswith("utils")
+    if by_value:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        got = launch.horovod_run(_exercise_rank, np=ranks, args=(fn,), timeout=timeout, stream=False)
+    finally:
+        if by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+    if any(r["result"] is None for r in got):
+        print("[fp16 allreduce] your function returned None: return the allreduced tensor.")
+        return False
+    if any(r["dtype"] != "float32" for r in got):
+        print(f"[fp16 allreduce] not quite: it returned {got[0]['dtype']}; Horovod's compression hands back float32.")
+        return False
+    plain = np.mean([exercise_gradient(r) for r in range(ranks)], axis=0)
+    if all(np.allclose(r["result"], plain, rtol=1e-6, atol=0) for r in got):
+        print("[fp16 allreduce] not quite: that is the float32 average. Hint: pass compression=hvd.Compression.fp16.")
+        return False
+    return all(
+        checks.report(
+            f"fp16 allreduce, rank {r['rank']}",
+            r["result"],
+            fp16_average_expected(ranks),
+            hint="average with op=hvd.Average and compression=hvd.Compression.fp16",
+        )
+        for r in got
+    )
+
+
+def summarize(values: Sequence[float]) -> str:
+    """Mean and spread of a few runs, as 'mean ± sd (n runs)'."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        raise ValueError("no values to summarize")
+    sd = float(v.std(ddof=1)) if v.size > 1 else float("nan")
+    return f"{v.mean():.5f} ± {sd:.5f} ({v.size} run{'s' if v.size > 1 else ''})"
