@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import textwrap
 import time
@@ -13,7 +12,7 @@ import time
 import psutil
 import pytest
 from conftest import needs_horovod
-from test_processes import SLEEPER, reuse_pid, start
+from test_processes import SLEEPER, reused_handle, start
 
 from utils import launch, processes
 
@@ -358,18 +357,9 @@ def test_kill_run_spares_a_pid_that_no_longer_belongs_to_the_run():
 
 
 def test_kill_run_spares_a_reused_pid_of_a_handle_it_was_given():
-    old = subprocess.Popen([sys.executable, "-c", "pass"])
-    handle = psutil.Process(old.pid)
-    old.wait()
-    newcomer = reuse_pid(old.pid)
-    if newcomer is None:
-        pytest.skip("cannot choose the next PID here (needs root and a writable /proc/sys/kernel/ns_last_pid)")
-    try:
+    with reused_handle() as (handle, newcomer):
         assert launch.kill_run("a-run-that-ended", [handle], grace=0.5) == []
         assert newcomer.poll() is None, "a process that reused the PID of a run's process was signalled"
-    finally:
-        newcomer.kill()
-        newcomer.wait()
 
 
 def test_kill_run_stops_a_runs_processes_given_by_pid_and_their_descendants():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -117,7 +118,9 @@ def reuse_pid(pid: int) -> subprocess.Popen | None:
     return None
 
 
-def test_a_reused_pid_is_never_signalled():
+@contextlib.contextmanager
+def reused_handle():
+    """A handle of a process that has ended, and a sleeper that now has its PID (skips where PIDs cannot be chosen)."""
     old = subprocess.Popen([sys.executable, "-c", "pass"])
     handle = psutil.Process(old.pid)
     old.wait()
@@ -126,12 +129,17 @@ def test_a_reused_pid_is_never_signalled():
         pytest.skip("cannot choose the next PID here (needs root and a writable /proc/sys/kernel/ns_last_pid)")
     try:
         assert newcomer.pid == handle.pid
-        assert processes.stop([handle], grace=0.5) == []
-        processes.send([handle], signal.SIGKILL)
-        assert newcomer.poll() is None, "a process that reused the PID was signalled"
+        yield handle, newcomer
     finally:
         newcomer.kill()
         newcomer.wait()
+
+
+def test_a_reused_pid_is_never_signalled():
+    with reused_handle() as (handle, newcomer):
+        assert processes.stop([handle], grace=0.5) == []
+        processes.send([handle], signal.SIGKILL)
+        assert newcomer.poll() is None, "a process that reused the PID was signalled"
 
 
 def test_cli_stops_marked_processes_but_not_itself_or_its_ancestors(var):
