@@ -449,3 +449,28 @@ def test_free_ports_are_distinct_and_unbound():
     for port in ports:
         with socket.socket() as s:
             s.bind(("localhost", port))
+
+
+def test_a_successful_run_removes_its_own_logs_and_keeps_its_output():
+    env = launch.worker_env(1)
+    run = launch.run_workers(
+        [[sys.executable, "-c", "print('RESULT {\"rank\": 0}')"]],
+        [env],
+        timeout=60,
+        run_id=env[launch.RUN_MARKER],
+        stream=False,
+    )
+    assert not run.log_dir.exists() and run.records() == [{"rank": 0}]
+
+
+def test_a_failed_run_keeps_its_logs_for_reading():
+    env = launch.worker_env(1)
+    with pytest.raises(launch.WorkerError) as err:
+        launch.run_workers(
+            [[sys.executable, "-c", "print('why'); raise SystemExit(3)"]],
+            [env],
+            timeout=60,
+            run_id=env[launch.RUN_MARKER],
+            stream=False,
+        )
+    assert "why" in (err.value.log_dir / "worker-0.log").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
         _REFERENCE_WEIGHTS[key] = one.records()[0]["weights"]
     expected = _REFERENCE_WEIGHTS[key]
     saved = sorted(p.name for p in out.glob("*.keras"))
+    shutil.rmtree(out, ignore_errors=True)
     problems = []
     if len(recs) != EXERCISE_WORKERS or any(r["replicas"] != EXERCISE_WORKERS for r in recs):
         problems.append(

@@ -61,10 +61,13 @@ class WorkerResult:
     rank: int
     returncode: int | None
     log_path: Path
+    text: str | None = None  # kept in memory when the run's own log folder was removed
 
     @property
     def output(self) -> str:
         """Everything the worker printed (stdout and stderr)."""
+        if self.text is not None:
+            return self.text
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
@@ -274,6 +277,7 @@ def run_workers(
         raise ValueError(f"{len(commands)} commands but {len(envs)} environments")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive (seconds), got {timeout}")
+    own_logs = not log_dir  # a folder of the launcher's own: removed after a successful run, kept after a failure
     log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="course-run-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     show = stream if callable(stream) else (lambda line: not _is_noise(line)) if stream else None
@@ -359,6 +363,10 @@ def run_workers(
             log_dir=log_dir,
             seconds=seconds,
         )
+    if own_logs:
+        for r in results:
+            r.text = r.output
+        shutil.rmtree(log_dir, ignore_errors=True)
     return RunResult(workers=results, seconds=seconds, log_dir=log_dir, pids=[w.popen.pid for w in workers])
 
 
@@ -636,7 +644,9 @@ def horovod_run(
         explain_failure=_horovodrun_failure,
         explain_hang=_horovod_hang(run_id),
     )
-    return pickle.loads((work / "results.pkl").read_bytes())
+    results = pickle.loads((work / "results.pkl").read_bytes())
+    shutil.rmtree(work, ignore_errors=True)  # the job, its results and the logs of a run that succeeded
+    return results
 
 
 def _horovod_run_driver(work: Path) -> None:
