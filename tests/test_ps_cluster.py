@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import pytest
@@ -65,5 +64,5 @@ def test_parameter_server_training_runs_and_reports_the_fit_error():
     fit = run.records(prefix="FIT ")[0]
     assert fit["fit"] in ("failed", "ran") and (fit["fit"] == "ran" or "create_per_worker_dataset" in fit["message"])
     rec = run.records()[0]
-    assert len(rec["val_loss"]) == 2 and rec["val_loss"][-1] < rec["val_loss"][0] * 1.5
-    assert json.dumps(rec)  # plain JSON numbers
+    # Normalised data: predicting the mean scores about 1.0; two epochs of training must do far better.
+    assert len(rec["val_loss"]) == 2 and 0 < rec["val_loss"][-1] < 0.5

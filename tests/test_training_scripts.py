@@ -56,10 +56,8 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
         "SM_MODEL_DIR": str(model_dir),
         "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256}),
     }
-    envs = [
-        {**launch.worker_env(1), **common, "SM_CURRENT_HOST": host, "TF_CONFIG": ""}
-        for host in ("localhost", "127.0.0.1")
-    ]
+    base_env = launch.worker_env(1)  # one run: both processes carry the same marker
+    envs = [{**base_env, **common, "SM_CURRENT_HOST": host, "TF_CONFIG": ""} for host in ("localhost", "127.0.0.1")]
     run = launch.run_workers(
         [[sys.executable, str(SCRIPTS / "train_mwms.py")]] * 2,
         envs,
