@@ -1,0 +1,112 @@
+"""Build the course website: every lesson executed by the course itself, rendered with Jupyter Book 1.
+
+    make site                                   # smoke mode (a few minutes), into build/site
+    make site SITE_MODE=full                    # the full figures (as long as the lessons in full mode)
+    python tools/build_site.py --mode smoke 00_start_here.ipynb   # only some lessons (quick look)
+
+The notebooks in git stay without outputs: executed copies are written to build/site/src/notebooks and
+kept between builds; a copy is executed again only when the lesson's code or the mode changed. Nothing is
+fetched from the internet, at build time or when a page is opened (MathJax is served from the site).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import nbformat
+from nbclient import NotebookClient
+
+from utils import course, site
+from utils.paths import NOTEBOOKS, REPO_ROOT
+
+CONFIG = """\
+title: Distributed training with TensorFlow, Horovod and Amazon SageMaker
+author: the course's contributors
+only_build_toc_files: true
+execute:
+  execute_notebooks: "off"
+launch_buttons:
+  notebook_interface: ""
+  thebe: false
+html:
+  use_repository_button: false
+  use_issues_button: false
+  use_edit_page_button: false
+  use_download_button: true
+sphinx:
+  config:
+    # Jupyter Book's default list without Thebe (it loads code from unpkg.com, and sphinx-thebe 0.3.1
+    # declares its script twice on each page) and intersphinx (it fetches inventories from the internet);
+    # MathJax from the site itself.
+    extensions: [sphinx_togglebutton, sphinx_copybutton, myst_nb, jupyter_book, sphinx_comments, sphinx_external_toc,
+                 sphinx_design, sphinx_book_theme, sphinx-mathjax-offline, sphinx_multitoc_numbering]
+    # pydata-sphinx-theme logs a console error on a first visit unless a default mode is given.
+    html_context:
+      default_mode: light
+    html_show_copyright: false
+    html_last_updated_fmt: ""
+"""
+
+
+def execute(name: str, mode: str, dest: Path) -> float:
+    """Execute one lesson in the given mode into dest (outputs kept); returns seconds, 0 if reused."""
+    source = NOTEBOOKS / name
+    stamp = f"{mode}:{course.code_hash(source)}"
+    if dest.exists() and nbformat.read(dest, as_version=4).metadata.get("course_build") == stamp:
+        print(f"[site] {name}: executed copy is current ({mode}), reused", flush=True)
+        return 0.0
+    nb = nbformat.read(source, as_version=4)
+    print(f"[site] {name}: executing ({mode}) ...", flush=True)
+    start = time.perf_counter()
+    os.environ["COURSE_SMOKE"] = "1" if mode == "smoke" else "0"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the tests do: no CUDA-probe lines on the page
+    NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    seconds = time.perf_counter() - start
+    nb.metadata["course_build"] = stamp
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    print(f"[site] {name}: {seconds:.0f} s, {site.figure_count(nb)} figures", flush=True)
+    return seconds
+
+
+def main() -> None:
+    """Execute the lessons, write the book's sources and build the HTML."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["smoke", "full"], default=os.environ.get("SITE_MODE", "smoke"))
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "site")
+    parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: every lesson)")
+    args = parser.parse_args()
+    names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
+    src = args.out / "src"
+    start = time.perf_counter()
+    for name in names:
+        if not (NOTEBOOKS / name).exists():
+            sys.exit(f"notebooks/{name} does not exist; give file names from notebooks/.")
+        execute(name, args.mode, src / "notebooks" / name)
+    pages = {f"notebooks/{name}" for name in names}
+    (src / "index.md").write_text(site.front_page((REPO_ROOT / "README.md").read_text(), pages))
+    (src / "_toc.yml").write_text(site.toc(names))
+    (src / "_config.yml").write_text(CONFIG)
+    html = args.out / "html"
+    shutil.rmtree(src / "_build", ignore_errors=True)
+    book = Path(sys.executable).with_name("jupyter-book")
+    result = subprocess.run([str(book), "build", str(src), "--builder", "html", "--keep-going", "-W"], check=False)
+    if result.returncode != 0:
+        sys.exit(
+            "[site] jupyter-book reported warnings or errors (above); the site was not published to build/site/html."
+        )
+    shutil.rmtree(html, ignore_errors=True)
+    shutil.copytree(src / "_build" / "html", html)
+    print(f"[site] built {len(names)} lessons in {time.perf_counter() - start:.0f} s: open {html / 'index.html'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The course website: its table of contents, the README as a front page, and what a page must show."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+from pathlib import PurePosixPath
+from typing import Any
+from urllib.parse import urldefrag, urljoin, urlparse
+
+# Output types that a built page shows as an image (matplotlib figures arrive as image/png).
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s]+)\)")
+
+
+def figure_count(nb: Any) -> int:
+    """Number of image outputs in an executed notebook: the figures its page must show."""
+    count = 0
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") in ("display_data", "execute_result"):
+                if any(mime in out.get("data", {}) for mime in IMAGE_MIMES):
+                    count += 1
+    return count
+
+
+def error_outputs(nb: Any) -> list[str]:
+    """Each output of an executed notebook that is an error or prints a traceback, described in one line."""
+    found = []
+    for index, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            kind = out.get("output_type")
+            if kind == "error":
+                found.append(f"cell {index}: {out.get('ename')}: {out.get('evalue')}")
+            elif kind == "stream" and "Traceback (most recent call last)" in out.get("text", ""):
+                found.append(f"cell {index}: a traceback printed to {out.get('name')}")
+    return found
+
+
+def front_page(readme: str, pages: set[str]) -> str:
+    """The README as the site's front page: links to lessons stay links, links to other repository
+    files (which are not pages of the site) become their text in code style."""
+
+    def fix(match: re.Match) -> str:
+        text, target = match.group(1), match.group(2)
+        if urlparse(target).scheme or target.startswith("#"):
+            return match.group(0)
+        path = target.split("#", 1)[0]
+        if path in pages:
+            return match.group(0)
+        return text if text.startswith("`") else f"`{text}`"
+
+    return _LINK.sub(fix, readme)
+
+
+def toc(notebooks: list[str]) -> str:
+    """A Jupyter Book table of contents (_toc.yml): the front page, then each lesson in order."""
+    lines = ["format: jb-book", "root: index", "chapters:"]
+    lines += [f"  - file: notebooks/{PurePosixPath(name).stem}" for name in notebooks]
+    return "\n".join(lines) + "\n"
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def internal_links(html: str, page_url: str) -> set[str]:
+    """Absolute URLs (fragment removed) of the links on a page that stay on the page's own host."""
+    parser = _Links()
+    parser.feed(html)
+    host = urlparse(page_url).netloc
+    found = set()
+    for href in parser.hrefs:
+        url = urldefrag(urljoin(page_url, href)).url
+        parsed = urlparse(url)
+        if parsed.scheme in ("http", "https") and parsed.netloc == host:
+            found.add(url)
+    return found
+
+
+def is_local(url: str) -> bool:
+    """True for a request that stays on this machine (loopback, data: or blob: URLs)."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("data", "blob", "about"):
+        return True
+    return parsed.hostname in ("127.0.0.1", "localhost", "::1")
