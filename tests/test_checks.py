@@ -32,3 +32,63 @@ def test_restart_arithmetic():
     assert checks.restart_after_failure(1) == (1, 1)
     assert checks.check_restart(5, 2, 5, 1)
     assert not checks.check_restart(5, 2, 4, 2)
+
+
+def test_usable_cores_counts_the_allowed_cpus(capsys):
+    import os
+
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert checks.cores_allowed() == allowed
+    assert checks.check_usable_cores(allowed)
+    assert not checks.check_usable_cores(allowed + 1)
+    assert "usable by this process" in capsys.readouterr().out
+
+
+def test_lesson01_checks_accept_the_right_answer_and_reject_a_wrong_one(capsys):
+    assert checks.check_speedup_needed(23.0, 0.30, 29.9)
+    assert not checks.check_speedup_needed(23.0, 0.30, 23.0)  # forgot the growth
+    # 10 h / 8 + 10,000 x 2 x 7/8 x 100 MB / 12.5 GB/s = 1.25 h + 140 s
+    assert checks.check_job_hours_on_workers(10, 10_000, 100, 8, 100, 1.25 + 140 / 3600)
+    assert not checks.check_job_hours_on_workers(10, 10_000, 100, 8, 100, 1.25)  # communication left out
+    assert checks.check_data_to_halve_error(0.1, 1024)
+    assert not checks.check_data_to_halve_error(0.1, 5)
+    assert checks.check_doubling_months(10, 3.61)
+    assert not checks.check_doubling_months(10, 1.2)  # 12 / 10
+    assert "Hint" in capsys.readouterr().out
+
+
+def test_lesson02_checks_accept_the_right_answer_and_reject_a_wrong_one():
+    assert checks.check_scaled_rate(0.01, 8, 0.08)
+    assert not checks.check_scaled_rate(0.01, 8, 0.01)
+    assert checks.check_gpipe_bubble(4, 12, 0.2)
+    assert not checks.check_gpipe_bubble(4, 12, 0.25)
+    assert checks.check_micro_batches_for(4, 0.10, 28)  # 3/31 < 0.1, and 3/30 is not
+    assert not checks.check_micro_batches_for(4, 0.10, 27)
+    assert checks.check_training_state_bytes(10**9, "adam", 16e9)
+    assert not checks.check_training_state_bytes(10**9, "adam", 4e9)  # the weights alone
+    assert checks.check_training_state_bytes(10**9, "sgd", 8e9)
+    # 16e9 B > 0.9 x 16 GiB = 15.46e9 B, but < 16 GiB = 17.18e9 B
+    assert checks.check_state_fits(10**9, "adam", 16, 0.10, False)
+    assert not checks.check_state_fits(10**9, "adam", 16, 0.10, True)
+    assert checks.check_state_fits(10**9, "adam", 16, 0.0, True)
+    assert checks.check_parameter_server_values(16, 10**6, 16_000_000)
+    assert not checks.check_parameter_server_values(16, 10**6, 10**6)
+    assert checks.check_ring_worker_values(16, 10**6, 1_875_000)
+    assert not checks.check_ring_worker_values(16, 10**6, 2_000_000)
+
+
+def test_ring_worker_values_with_uneven_chunks_and_small_rings():
+    # K = 1003 on 7 workers: chunks of 144 (the first 1003 mod 7 = 2) and 143; worker 0 skips chunks 1 and 2
+    assert checks.check_ring_worker_values(7, 1003, 2 * 1003 - 144 - 143)
+    assert not checks.check_ring_worker_values(7, 1003, 1718)  # what worker 0 receives, not what it sends
+    assert checks.check_ring_worker_values(2, 10, 10)  # N = 2: each worker sends K
+    assert checks.check_ring_worker_values(1, 10, 0)
+
+
+def test_bad_inputs_of_the_new_checks_say_what_to_do():
+    import pytest
+
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        checks.check_micro_batches_for(4, 0.0, 1)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        checks.check_training_state_bytes(10, "adagrad", 1)

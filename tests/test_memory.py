@@ -148,3 +148,22 @@ def test_model_sizes_file_has_a_source_for_every_row():
             assert int(r["parameters"]) > 0
         else:
             assert float(r["memory"]) > 0 and r["memory_unit"] in ("GB", "GiB")
+
+
+def test_devices_at_least_is_the_fewest_that_hold_the_model():
+    # 1e9 parameters, Adam: 16e9 B of state; 0.3e6 activation values x 4 B x batch 1000 = 1.2e9 B: 17.2e9 B in all.
+    needs = MemoryNeeds(1_000_000_000, 300_000, 1000)
+    rec = recommend_strategy(needs, device_bytes=5e9, can_change_optimizer=False)
+    assert rec.strategy == "model parallelism" and rec.devices_at_least == 4  # 3 x 5e9 < 17.2e9 <= 4 x 5e9
+    # headroom: with a fifth of each device kept free, 4e9 B usable, 17.2e9 B needs 5 devices
+    kept = recommend_strategy(needs, device_bytes=5e9, can_change_optimizer=False, headroom=0.2)
+    assert kept.devices_at_least == 5
+
+
+def test_headroom_decides_whether_a_state_fits():
+    needs = MemoryNeeds(1_000_000_000, 0, 1)  # 16e9 B of float32 Adam state
+    assert recommend_strategy(needs, 16 * 2**30).changes == []  # 17.18e9 B: it fits as it is
+    kept = recommend_strategy(needs, 16 * 2**30, headroom=0.1)  # 15.46e9 B usable: plain SGD (8e9 B) is needed
+    assert kept.strategy == "data parallelism" and kept.changes == ["an optimizer without state (SGD instead of adam)"]
+    with pytest.raises(ValueError, match="headroom"):
+        recommend_strategy(needs, 16 * 2**30, headroom=1.0)

@@ -80,3 +80,43 @@ def test_readme_lists_every_notebook():
     readme = (REPO / "README.md").read_text()
     for path in NOTEBOOKS:
         assert path.name in readme, f"README.md's course map does not list {path.name}"
+
+
+#: "lesson 04", "Lesson 04", "lessons 03 and 04", "lessons 00-02", "lessons 00 to 06": every number named.
+LESSON_REF = re.compile(r"\b[Ll]essons? (\d\d)(?:\s*(-|–|to|and)\s*(\d\d))?")
+
+
+def _lesson_texts() -> list[tuple[str, str]]:
+    texts = [(p.name, "\n".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"])) for p in NOTEBOOKS]
+    texts.append(("README.md", (REPO / "README.md").read_text()))
+    texts += [(f"utils/{p.name}", p.read_text()) for p in sorted((REPO / "utils").glob("*.py"))]
+    return texts
+
+
+def lesson_references(text: str) -> set[int]:
+    """Every lesson number a text refers to (a range 'lessons 00-02' names 00, 01 and 02)."""
+    found: set[int] = set()
+    for first, joint, last in LESSON_REF.findall(text):
+        if not last:
+            found.add(int(first))
+        elif joint == "and":
+            found |= {int(first), int(last)}
+        else:
+            found |= set(range(int(first), int(last) + 1))
+    return found
+
+
+def test_lesson_references_are_parsed():
+    text = "lesson 04; Lesson 01, lessons 03 and 05 and lessons 00-02, then lessons 06 to 07"
+    assert lesson_references(text) == {0, 1, 2, 3, 4, 5, 6, 7}
+
+
+def test_every_lesson_reference_points_to_an_existing_notebook():
+    existing = {int(p.name[:2]) for p in NOTEBOOKS}
+    missing = [
+        f"{name}: lesson {n:02d}" for name, text in _lesson_texts() for n in sorted(lesson_references(text) - existing)
+    ]
+    assert not missing, (
+        f"these refer to a lesson with no notebook in notebooks/: {missing}. Point them to an existing "
+        "lesson, or say 'a later lesson' until it exists"
+    )

@@ -45,10 +45,20 @@ def ring_allreduce_seconds(n, nbytes: float, link_bytes_per_s: float, step_laten
     return 2 * (n - 1) * step_latency + 2 * (n - 1) / n * nbytes / link_bytes_per_s
 
 
-def parameter_server_seconds(n, nbytes: float, link_bytes_per_s: float, latency: float, servers: int = 1) -> np.ndarray:
-    """Push-pull through `servers` parameter servers: each server link carries n/servers buffers each way."""
+def parameter_server_seconds(
+    n, nbytes: float, link_bytes_per_s: float, latency: float, servers: int = 1, overlap: bool = True
+) -> np.ndarray:
+    """Synchronous push-pull through `servers` parameter servers, each server link carrying n/servers buffers each way.
+
+    With `overlap` (the default) the pushes and pulls overlap on a full-duplex link (the model's tensors are
+    pipelined: new weights of one go out while gradients of the next come in), so one direction's time counts:
+    n K / (servers B). Without it the server pulls only after every push has arrived, and both count: 2 n K / (servers B).
+    """
     n = np.asarray(n, dtype=float)
-    return 2 * latency + n * nbytes / servers / link_bytes_per_s
+    if servers < 1:
+        raise ValueError(f"servers must be at least 1, got {servers}")
+    one_way = n * nbytes / servers / link_bytes_per_s
+    return 2 * latency + (one_way if overlap else 2 * one_way)
 
 
 def gbit_to_bytes_per_s(gbit_per_s: float) -> float:

@@ -87,11 +87,78 @@ def workers_needed(
     return int(n[ok[0]]) if ok.size else None
 
 
-def communication_floor_seconds(steps: float, grad_bytes: float, link_bytes_per_s: float) -> float:
-    """The least time the allreduces of a fixed-batch job take however many workers: steps x 2K/bandwidth."""
+def best_workers(
+    compute_seconds: float,
+    steps: float,
+    grad_bytes: float,
+    link_bytes_per_s: float,
+    step_latency: float = 0.0,
+    scale_batch: bool = False,
+    max_workers: int = 4096,
+) -> tuple[int, float]:
+    """The worker count up to `max_workers` with the shortest T(N), and that T(N) in seconds."""
+    n = np.arange(1, max_workers + 1)
+    t = job_seconds_on_workers(n, compute_seconds, steps, grad_bytes, link_bytes_per_s, step_latency, scale_batch)
+    best = int(np.argmin(t))
+    return int(n[best]), float(t[best])
+
+
+def communication_limit_seconds(steps: float, grad_bytes: float, link_bytes_per_s: float) -> float:
+    """steps x 2K/bandwidth: what the allreduces of a fixed-batch job approach as N grows (the N -> infinity limit).
+
+    It is not a floor at small N: at N workers the bandwidth term is steps x 2(N-1)/N x K/bandwidth, half
+    the limit at N = 2, and the 2(N-1) latencies of every ring step come on top.
+    """
     if link_bytes_per_s <= 0:
         raise ValueError(f"link_bytes_per_s must be positive, got {link_bytes_per_s}")
     return steps * 2.0 * grad_bytes / link_bytes_per_s
+
+
+#: How `code_change` sorts an added line, tried in this order: (category, pattern searched in the line).
+CHANGE_KINDS = (
+    ("demonstration", r"die[-_]|KILLED|SIGKILL|\bsignal\b|self\.epoch"),
+    ("Horovod", r"\bhvd\b|Horovod"),
+    ("SageMaker", r"SageMaker|\bjob\.|\bpaths\.|\bSM_"),
+)
+
+
+def code_change(single: str, distributed: str) -> dict[str, list[str]]:
+    """The lines `distributed` adds to `single` (blank lines and the module docstring aside), by kind.
+
+    Kinds: "demonstration" (the course's fault-injection lines), "Horovod", "SageMaker" (job paths and
+    hyperparameters), tried in that order on each line; an added line that names none of them (a bracket,
+    an import) belongs to the change around it, counted as Horovod. Also "removed": lines taken out.
+    """
+    import ast
+    import difflib
+    import re
+
+    def docstring_lines(text: str) -> set[int]:
+        body = ast.parse(text).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+            return set(range(body[0].lineno - 1, body[0].end_lineno))
+        return set()
+
+    old, new = single.splitlines(), distributed.splitlines()
+    skip_old, skip_new = docstring_lines(single), docstring_lines(distributed)
+    out: dict[str, list[str]] = {kind: [] for kind, _ in CHANGE_KINDS} | {"removed": []}
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        out["removed"] += [old[i] for i in range(i1, i2) if i not in skip_old and old[i].strip()]
+        for j in range(j1, j2):
+            line = new[j]
+            if j in skip_new or not line.strip():
+                continue
+            kind = next((k for k, pattern in CHANGE_KINDS if re.search(pattern, line)), "Horovod")
+            out[kind].append(line)
+    return out
+
+
+def source_lines(text: str) -> int:
+    """Lines of a Python file that hold code, docstrings included: neither blank nor comment-only."""
+    return sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 
 
 def productivity_tier(seconds: float) -> tuple[str, str]:
