@@ -108,7 +108,7 @@ def _children():
     }
 
 
-@pytest.mark.parametrize("n, k", [(2, 1000), (3, 1001), (4, 64)])
+@pytest.mark.parametrize("n, k", [(1, 10), (2, 1000), (3, 1001), (4, 64), (7, 1003)])
 def test_processes_match_numpy_and_count_bytes_on_the_wire(n, k):
     before = _children()
     rng = np.random.default_rng(n)
@@ -118,9 +118,22 @@ def test_processes_match_numpy_and_count_bytes_on_the_wire(n, k):
     for out in result.outputs:
         np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
     assert result.payload_sent == [v * 4 for v in ring.ring_traffic_values(n, k)]
-    assert sum(result.payload_sent) == sum(result.payload_received)
+    # Worker i receives, byte for byte, what its left neighbour i-1 sent (not what it sent itself).
+    assert result.payload_received == [result.payload_sent[(i - 1) % n] for i in range(n)]
     assert result.header_bytes == [2 * (n - 1) * ring.HEADER.size] * n
     assert _children() <= before
+
+
+def test_uneven_chunks_by_hand_seven_workers():
+    # K = 1003, N = 7: chunks 144, 144, 143, 143, 143, 143, 143 (1003 = 7 x 143 + 2).
+    assert ring.chunk_sizes(1003, 7) == [144, 144] + [143] * 5
+    # Worker 0 skips chunks 1 (144) and 2 (143): 2006 - 287 = 1719; worker 6 skips 0 and 1: 2006 - 288.
+    sent = ring.ring_traffic_values(7, 1003)
+    assert sent == [1719, 1720, 1720, 1720, 1720, 1719, 1718]
+    result = ring.ring_allreduce([np.ones(1003) for _ in range(7)])
+    received = [sum(result.received_values[p][i] for p in ring.PHASES) for i in range(7)]
+    assert received == [1718, 1719, 1720, 1720, 1720, 1720, 1719]  # worker 0 receives what worker 6 sends
+    assert received[0] != sent[0]
 
 
 def test_processes_are_stopped_on_timeout():

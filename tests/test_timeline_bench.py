@@ -55,6 +55,24 @@ def test_gradient_steps_split_by_repeated_tensors_and_find_early_reductions():
     assert steps[0].order == ["grad_1", "grad_0"]
 
 
+def test_fused_groups_are_the_tensors_reduced_in_one_overlapping_operation():
+    S = timeline.Span
+    spans = [
+        S("grad_3", "GLOO_ALLREDUCE", 0, 10, 1),  # alone
+        S("grad_0", "GLOO_ALLREDUCE", 20, 30, 1),  # grad_0, grad_1 and grad_2 overlap: one operation
+        S("grad_1", "GLOO_ALLREDUCE", 21, 29, 1),
+        S("x/grad_2", "GLOO_ALLREDUCE", 29, 35, 1),
+        S("grad_4", "GLOO_ALLREDUCE", 40, 50, 1),  # alone again
+        S("grad_5", "NEGOTIATE_ALLREDUCE", 40, 50, 0),  # another activity: ignored
+    ]
+    assert timeline.fused_groups(spans) == [["grad_0", "grad_1", "grad_2"]]
+    steps = timeline.gradient_steps(
+        [S("grad_0", "NEGOTIATE_ALLREDUCE", 0, 5, 0), S("grad_1", "NEGOTIATE_ALLREDUCE", 1, 5, 0)]
+        + [S("grad_0", "GLOO_ALLREDUCE", 6, 9, 1), S("grad_1", "GLOO_ALLREDUCE", 6, 9, 1)]
+    )
+    assert steps[0].fused == [["grad_0", "grad_1"]]
+
+
 def test_timeline_cut_short_is_read_up_to_its_last_event(tmp_path):
     path = tmp_path / "t.json"
     path.write_text("[\n" + ",".join(json.dumps(e) for e in EVENTS[:3]) + ",")

@@ -85,6 +85,156 @@ def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: 
     return a and b
 
 
+# Lessons 00 to 02: each check below derives its expected answer from the exercise's own inputs.
+
+
+def cores_allowed() -> int:
+    """Cores the kernel lets this process run on, read from /proc/self/status (the affinity call elsewhere)."""
+    import os
+    import re
+
+    status = Path("/proc/self/status")
+    match = re.search(r"^Cpus_allowed_list:\s*(\S+)", status.read_text(), re.M) if status.exists() else None
+    if match:
+        count = 0
+        for part in match.group(1).split(","):
+            low, _, high = part.partition("-")
+            count += int(high or low) - int(low) + 1
+        return count
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def check_usable_cores(answer: int | None) -> bool:
+    """Exercise (lesson 00): the number of cores this notebook may use."""
+    return report("usable cores", answer, cores_allowed(), hint="read 'usable by this process' in the CPU report above")
+
+
+def check_speedup_needed(job_hours: float, growth: float, answer: float | None, deadline_hours: float = 1.0) -> bool:
+    """Exercise (lesson 01): the speedup a job of `job_hours` needs after its data grows by `growth` (0.3 = 30 %)."""
+    return report(
+        f"speedup needed after {growth:.0%} growth",
+        answer,
+        job_hours * (1.0 + growth) / deadline_hours,
+        rel_tol=0.01,
+        hint="the job's new time in hours (time grows as the data does), divided by the deadline in hours",
+    )
+
+
+def check_job_hours_on_workers(
+    compute_hours: float, steps: int, grad_mb: float, workers: int, link_gbps: float, answer: float | None
+) -> bool:
+    """Exercise (lesson 01): hours of a same-steps job on `workers` ring-connected workers, latency ignored."""
+    link_bytes_per_s = link_gbps * 1e9 / 8
+    allreduce_s = 2 * (workers - 1) / workers * grad_mb * 1e6 / link_bytes_per_s
+    return report(
+        f"T({workers}) at {link_gbps:g} Gb/s",
+        answer,
+        compute_hours / workers + steps * allreduce_s / 3600,
+        rel_tol=0.01,
+        hint=f"{compute_hours:g} h / {workers}, plus {steps:,} x 2(N-1)/N x {grad_mb:g} MB / "
+        f"{link_bytes_per_s / 1e9:g} GB/s, in hours",
+    )
+
+
+def check_data_to_halve_error(alpha: float, answer: float | None) -> bool:
+    """Exercise (lesson 01): the factor of data that halves an error falling as size^-alpha."""
+    return report(
+        "data needed to halve the error",
+        answer,
+        2.0 ** (1.0 / alpha),
+        rel_tol=0.01,
+        hint=f"solve x^-{alpha:g} = 0.5 for x",
+    )
+
+
+def check_doubling_months(factor_per_year: float, answer: float | None) -> bool:
+    """Exercise (lesson 01): the doubling time, in months, of a quantity multiplied by `factor_per_year` a year."""
+    return report(
+        f"doubling time of x{factor_per_year:g} a year",
+        answer,
+        12.0 * np.log(2.0) / np.log(factor_per_year),
+        rel_tol=0.01,
+        hint=f"2 = {factor_per_year:g} ** (t / 12): t = 12 log 2 / log {factor_per_year:g}",
+    )
+
+
+def check_scaled_rate(base_lr: float, replicas: int, answer: float | None) -> bool:
+    """Exercise (lesson 02): the learning rate the linear scaling rule gives `replicas` replicas after the warm-up."""
+    return report("scaled learning rate", answer, base_lr * replicas, hint="base rate x replicas")
+
+
+def check_gpipe_bubble(stages: int, micro_batches: int, answer: float | None) -> bool:
+    """Exercise (lesson 02): the idle share of a GPipe step, counted on the simulated timeline."""
+    from utils import gpipe
+
+    return report(
+        f"bubble, p={stages}, m={micro_batches}",
+        answer,
+        gpipe.bubble_fraction(gpipe.simulate_pipeline(stages, micro_batches)),
+        rel_tol=1e-3,
+        hint="(p - 1) / (m + p - 1)",
+    )
+
+
+def check_micro_batches_for(stages: int, bubble_below: float, answer: int | None) -> bool:
+    """Exercise (lesson 02): the fewest micro-batches whose simulated GPipe bubble is under `bubble_below`."""
+    from utils import gpipe
+
+    if not 0 < bubble_below < 1:
+        raise ValueError(f"bubble_below is an idle share between 0 and 1, got {bubble_below}")
+    m = 1  # the timeline counts whole time steps: round away float noise (3/30 must not come out below 0.1)
+    while round(gpipe.bubble_fraction(gpipe.simulate_pipeline(stages, m)), 12) >= bubble_below:
+        m += 1
+    return report(
+        f"smallest m for < {bubble_below:.0%}",
+        answer,
+        m,
+        hint=f"solve {stages - 1} / (m + {stages - 1}) < {bubble_below:g} for the smallest whole m",
+    )
+
+
+def check_training_state_bytes(parameters: int, optimizer: str, answer: float | None, bytes_per_value: int = 4) -> bool:
+    """Exercise (lesson 02): bytes of weights, gradients and optimizer state (activations aside)."""
+    slots = {"sgd": 0, "momentum": 1, "adam": 2}
+    if optimizer not in slots:
+        raise ValueError(f"optimizer must be one of {sorted(slots)}, got {optimizer!r}")
+    return report(
+        "bytes of the training state",
+        answer,
+        parameters * bytes_per_value * (2 + slots[optimizer]),
+        hint=f"{bytes_per_value} bytes x (1 weight + 1 gradient + {slots[optimizer]} {optimizer} values) per parameter",
+    )
+
+
+def check_state_fits(parameters: int, optimizer: str, device_gib: float, headroom: float, answer: bool | None) -> bool:
+    """Exercise (lesson 02): whether the float32 training state fits a device once `headroom` of it is kept free."""
+    slots = {"sgd": 0, "momentum": 1, "adam": 2}[optimizer]
+    usable = device_gib * 2**30 * (1.0 - headroom)
+    return report(
+        f"fits {device_gib:g} GiB with {headroom:.0%} kept free",
+        answer,
+        parameters * 4 * (2 + slots) <= usable,
+        hint=f"compare the state with {device_gib:g} x 2**30 x (1 - {headroom:g}) bytes; answer True or False",
+    )
+
+
+def check_parameter_server_values(workers: int, values: int, answer: float | None) -> bool:
+    """Exercise (lesson 02): values one parameter server holding every parameter sends per synchronous step."""
+    return report(
+        "parameter server",
+        answer,
+        workers * values,
+        hint="the server sends the new weights, all K values, to each of the N workers: N K",
+    )
+
+
+def check_ring_worker_values(workers: int, values: int, answer: float | None) -> bool:
+    """Exercise (lesson 02): values worker 0 sends in a ring allreduce (chunks cut as numpy.array_split cuts them)."""
+    sizes = [values // workers + (1 if c < values % workers else 0) for c in range(workers)]
+    sent = 0 if workers == 1 else 2 * values - sizes[1 % workers] - sizes[2 % workers]
+    return report("ring worker", answer, sent, hint="2 (N - 1) K / N when N divides K")
+
+
 #: The per-worker batch, workers and optimizer settings the distributed-script checks run with.
 EXERCISE_BATCH, EXERCISE_WORKERS = 32, 2
 _REFERENCE_WEIGHTS: dict[tuple, list] = {}
@@ -163,3 +313,176 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
             f"trained on the global batch of {EXERCISE_BATCH * EXERCISE_WORKERS}; only worker 0 saved the model."
         )
     return not problems
+
+
+def check_horovod_script(script: str | Path, epochs: int = 1, data_size: int = 24 * 120) -> bool:
+    """Launch a learner's Horovod script on 2 ranks (Gloo, localhost); say which TODO is wrong, if any.
+
+    Each TODO is judged from its own observation: the ranks' size, their thread setting, the examples
+    each trained on, their weights when the first step began and at the end, and the files they wrote.
+    """
+    import math
+    import tempfile
+
+    from utils import data, launch
+
+    script, n, batch = Path(script), EXERCISE_WORKERS, EXERCISE_BATCH
+    out = Path(tempfile.mkdtemp(prefix="horovod-check-"))
+    args = ["--epochs", epochs, "--batch-size", batch, "--data-size", data_size, "--out", out]
+    try:
+        run = launch.launch_horovodrun(script, np=n, args=[str(a) for a in args], timeout=300, stream=False)
+    except launch.WorkerError as err:
+        shutil.rmtree(out, ignore_errors=True)
+        print(
+            f"[Horovod script] the script failed on {n} ranks: {err.reason}. Read the error at the end of the "
+            f"log below, fix the line it names, and run the check again.\n{str(err)[-1500:]}"
+        )
+        return False
+    recs = run.records()
+    saved = sorted(p.name for p in out.glob("*.keras"))
+    shutil.rmtree(out, ignore_errors=True)
+    if len(recs) != n:
+        print(f"[Horovod script] not yet: expected one RESULT line from each of {n} ranks, got {len(recs)}")
+        return False
+    problems = []
+    if not all(r["initialised"] for r in recs) or [r["size"] for r in recs] != [n] * n:
+        problems.append(
+            f"TODO 1: each process should find {n} ranks, they report sizes {[r['size'] for r in recs]}: "
+            "call hvd.init() first"
+        )
+    threads = int(launch.thread_env(1)["OMP_NUM_THREADS"])
+    if any(r["intra_op_threads"] != threads for r in recs) or any(r["visible_gpus"] > 1 for r in recs):
+        problems.append(
+            f"TODO 2: each rank should use OMP_NUM_THREADS = {threads} thread(s) (and one GPU where there are "
+            f"GPUs); they use {[r['intra_op_threads'] for r in recs]} (0 = all cores): "
+            "tf.config.threading.set_intra_op_parallelism_threads(int(os.environ['OMP_NUM_THREADS']))"
+        )
+    windows = data.prepare(data.synthetic_series(data_size, seed=0)).x_train
+    share = len(windows) // n
+    usable_sum = float(np.sum(windows[: share * n], dtype=np.float64))
+    sums = [r["example_sum"] for r in recs]
+    if (
+        [r["examples"] for r in recs] != [share] * n
+        or not np.isclose(sum(sums), usable_sum, rtol=1e-9)
+        or len(set(sums)) < n
+    ):
+        problems.append(
+            f"TODO 3: the {n} ranks should train on different, equal shares of the {len(windows)} windows "
+            f"({share} each); they trained on {[r['examples'] for r in recs]}: "
+            "data.shard(x, y, hvd.rank(), hvd.size())"
+        )
+    same_start = _weights_close(recs[0]["first_weights"], recs[1]["first_weights"], 1e-7)
+    if not same_start:
+        problems.append(
+            "TODO 5: the ranks began the first step with different weights: broadcast rank 0's "
+            "(hvd_keras.BroadcastInitialState(root_rank=0) in the callbacks)"
+        )
+    elif not _weights_close(recs[0]["weights"], recs[1]["weights"], 1e-6):
+        problems.append(
+            "TODO 4: the ranks started equal but ended with different weights: each applied its own "
+            "gradients. Wrap the model with hvd_keras.distributed(net) before compiling it"
+        )
+    steps = [r["steps"] for r in recs]
+    if len(set(steps)) > 1 or steps[0] != epochs * math.ceil(recs[0]["examples"] / batch):
+        problems.append(
+            f"the ranks took {steps} steps: each should take {epochs} x ceil(its examples / {batch}) steps "
+            f"of {batch} examples, {n * batch} per step together"
+        )
+    if saved != ["model-from-rank-0.keras"]:
+        problems.append(f"TODO 6: only rank 0 should save the model; saved: {saved or 'nothing'}")
+    for p in problems:
+        print(f"[Horovod script] not yet: {p}")
+    if not problems:
+        print(
+            f"[Horovod script] correct: {n} ranks of {threads} thread(s) each trained on equal, different shares "
+            f"of {share} windows, started from rank 0's weights and ended bit-identical after {steps[0]} steps "
+            f"of a global batch of {n} x {batch} = {n * batch}; only rank 0 saved the model."
+        )
+    return not problems
+
+
+def check_ring_bytes(workers: int, values: int, answer: float | None, bytes_per_value: int = 4) -> bool:
+    """Exercise: bytes one worker sends in a ring allreduce (counted by running the simulated ring)."""
+    from utils import ring
+
+    sim = ring.ring_allreduce([np.zeros(values, dtype=np.float32) for _ in range(workers)])
+    return report(
+        f"ring bytes, N={workers}",
+        answer,
+        sim.total_sent_values(0) * bytes_per_value,
+        hint="2(N-1)K/N values, 4 bytes each",
+    )
+
+
+def check_uneven_ring_worker(workers: int, values: int, worker: int, answer: int | None) -> bool:
+    """Exercise: values one worker sends when the chunks are uneven (counted by running the simulated ring)."""
+    from utils import ring
+
+    sim = ring.ring_allreduce([np.zeros(values) for _ in range(workers)])
+    return report(
+        f"uneven ring, worker {worker}",
+        answer,
+        sim.total_sent_values(worker),
+        hint=f"worker {worker} skips chunk {(worker + 1) % workers} in the first phase and chunk "
+        f"{(worker + 2) % workers} in the second: 2K - s({(worker + 1) % workers}) - s({(worker + 2) % workers})",
+    )
+
+
+def check_ring_time_ms(workers: int, nbytes: float, link_gbps: float, answer: float | None) -> bool:
+    """Exercise: milliseconds of a latency-free ring allreduce: 2(N-1) chunks of nbytes/N through one link."""
+    chunk_seconds = nbytes / workers / (link_gbps * 1e9 / 8)
+    return report(
+        f"{nbytes / 1e6:g} MB, {workers} workers, {link_gbps:g} Gb/s",
+        answer,
+        1e3 * 2 * (workers - 1) * chunk_seconds,
+        rel_tol=0.01,
+        hint="2(N-1)/N x bytes / (bytes per second); 25 Gb/s = 3.125e9 bytes/s",
+    )
+
+
+def check_fit_prediction_ms(fit: Any, nbytes: float, answer: float | None) -> bool:
+    """Exercise: what a fitted allreduce model (utils.allreduce_model.LineFit) predicts for `nbytes`, in ms."""
+    return report(
+        f"{nbytes / 1e6:g} MB on this machine",
+        answer,
+        1e3 * float(fit.predict(nbytes)),
+        rel_tol=0.01,
+        hint="intercept + slope x bytes, with the slope above the bend for the bytes beyond it; in milliseconds",
+    )
+
+
+def check_cycle_wait_ms(rows: list[dict[str, Any]], nbytes: int, answer: float | None) -> bool:
+    """Exercise: median minus best allreduce time at `nbytes` in benchmark rows (utils.bench), in ms."""
+    row = next((r for r in rows if r["bytes"] == nbytes), None)
+    if row is None:
+        raise ValueError(f"no measurement of {nbytes} bytes in these rows: run the benchmark cell first")
+    return report(
+        f"wait at {nbytes / 1024:g} KiB",
+        answer,
+        1e3 * (row["seconds"] - row["best_seconds"]),
+        rel_tol=0.01,
+        hint=f"the row of {nbytes} bytes: (seconds - best_seconds) x 1000",
+    )
+
+
+def check_scaling_efficiency(one_rank: float, ranks: int, all_ranks: float, answer: float | None) -> bool:
+    """Exercise: scaling efficiency from the throughput of one rank and of `ranks` ranks together."""
+    return report(
+        "scaling efficiency",
+        answer,
+        all_ranks / ranks / one_rank,
+        rel_tol=0.01,
+        hint="throughput(N) / (N x throughput(1))",
+    )
+
+
+def check_warmup_rate(base_lr: float, ranks: int, warmup_steps: int, step: int, answer: float | None) -> bool:
+    """Exercise: the learning rate of utils.hvd_keras.WarmupScaledLR at `step` (read from the callback itself)."""
+    from utils.hvd_keras import WarmupScaledLR
+
+    return report(
+        f"rate at step {step}",
+        answer,
+        WarmupScaledLR(base_lr, ranks=ranks, warmup_steps=warmup_steps).lr_at(step),
+        hint="linear from the base rate to base x ranks over the warm-up, then base x ranks",
+    )

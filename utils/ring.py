@@ -7,7 +7,9 @@ N chunks (numpy.array_split boundaries: the first K mod N chunks hold one value 
 - Allgather, N - 1 steps: at step s worker i sends chunk (i + 1 - s) mod N and overwrites its copy
   with the one it receives. Afterwards every worker holds every summed chunk.
 Worker i sends every chunk but (i + 1) mod N in the first phase and every chunk but (i + 2) mod N in
-the second, hence `ring_traffic_values`.
+the second, hence `ring_traffic_values`. Worker i receives what worker i - 1 sends: when N does not
+divide K the chunks differ in size, and a worker receives a different count from the one it sends
+(N = 7, K = 1003: worker 0 sends 1719 values and receives 1718).
 """
 
 from __future__ import annotations
@@ -136,9 +138,10 @@ def format_trace(result: RingResult) -> str:
 
 
 def ring_traffic_values(n: int, k: int) -> list[int]:
-    """Exact values each worker sends (= receives from its left) in a ring allreduce of k values on n workers.
+    """Exact values each worker sends in a ring allreduce of k values on n workers.
 
     Worker i sends all chunks but (i+1) mod n, then all but (i+2) mod n: 2k - size[(i+1)%n] - size[(i+2)%n].
+    It receives what its left neighbour i-1 sends, entry (i-1) mod n of this list, not its own entry.
     """
     sizes = chunk_sizes(k, n)
     if n == 1:

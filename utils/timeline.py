@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -76,6 +76,20 @@ class StepComm:
     end_us: float  # the last allreduce of the step finished
     reduced_early: list[str]  # gradients whose allreduce finished before the last gradient was handed over
     order: list[str]  # gradients in the order they were handed over
+    fused: list[list[str]] = field(default_factory=list)  # gradients reduced together in one operation (2+)
+
+
+def fused_groups(spans: list[Span], activity: str = "GLOO_ALLREDUCE") -> list[list[str]]:
+    """Tensors whose `activity` spans overlap, i.e. that one fused operation reduced; groups of 2 or more."""
+    groups: list[tuple[float, list[str]]] = []  # (end of the group, its tensors)
+    for s in sorted((s for s in spans if s.activity == activity), key=lambda s: s.start_us):
+        name = s.tensor.split("/")[-1]
+        if groups and s.start_us <= groups[-1][0]:
+            end, names = groups[-1]
+            groups[-1] = (max(end, s.end_us), names + [name])
+        else:
+            groups.append((s.end_us, [name]))
+    return [sorted(set(names)) for _, names in groups if len(set(names)) > 1]
 
 
 def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
@@ -99,6 +113,7 @@ def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
         start = group[0].start_us
         stop = groups[i + 1][0].start_us if i + 1 < len(groups) else float("inf")
         mine = [r for r in reductions if start <= r.start_us < stop]
+        ops = [s for s in spans if short(s).startswith(prefix) and start <= s.start_us < stop]
         last_submit = max(g.start_us for g in group)
         steps.append(
             StepComm(
@@ -107,6 +122,7 @@ def gradient_steps(spans: list[Span], prefix: str = "grad_") -> list[StepComm]:
                 end_us=max((r.end_us for r in mine), default=last_submit),
                 reduced_early=sorted({short(r) for r in mine if r.end_us <= last_submit}),
                 order=[short(g) for g in group],
+                fused=fused_groups(ops),
             )
         )
     return steps

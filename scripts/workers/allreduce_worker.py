@@ -59,13 +59,14 @@ if args.mode == "sizes":
         check = hvd.allreduce(tf.ones([4]), op=hvd.Sum).numpy()
         assert np.all(check == hvd.size()), check
         # Small messages are cheap and noisy (a cycle of Horovod's background thread, the scheduler): time
-        # more of them; the largest take long and vary little.
+        # more of them; the middle sizes still take milliseconds, so a busy machine can spoil a few calls;
+        # the largest take long and vary least.
         repeats = (
             10 * args.repeats
             if nbytes <= (1 << 20)
-            else args.repeats
-            if nbytes <= (1 << 22)
-            else max(3, args.repeats // 3)
+            else 3 * args.repeats
+            if nbytes <= (1 << 24)
+            else max(3, args.repeats // 2)
         )
         seconds, best = timed(
             lambda x=x, nbytes=nbytes: hvd.allreduce(x, op=hvd.Sum, name=f"t{nbytes}").numpy(), repeats

@@ -54,7 +54,8 @@ def step(x, y):
 @hvd.elastic.run
 def train(state):
     while state.epoch < args.epochs:
-        x, y = splits.x_train[hvd.rank() :: hvd.size()], splits.y_train[hvd.rank() :: hvd.size()]
+        # Equal shards for the ranks of this round (the size changes when a worker is lost).
+        x, y = data.shard(splits.x_train, splits.y_train, hvd.rank(), hvd.size())
         losses = [step(x[i : i + 128], y[i : i + 128]) for i in range(0, len(x) - 127, 128)]
         loss = float(hvd.allreduce(tf.reduce_mean(losses), op=hvd.Average))
         print(

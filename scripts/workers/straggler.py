@@ -32,7 +32,7 @@ if not 0 <= args.slow_rank < hvd.size():
     raise SystemExit(f"--slow-rank {args.slow_rank} is not a rank of this run (0..{hvd.size() - 1})")
 
 splits = data.prepare(data.synthetic_series(24 * 60, seed=0))
-x, y = splits.x_train[hvd.rank() :: hvd.size()], splits.y_train[hvd.rank() :: hvd.size()]
+x, y = data.shard(splits.x_train, splits.y_train, hvd.rank(), hvd.size())  # equal shards: equal steps
 net = model.build_forecaster(seed=0)
 opt = keras.optimizers.SGD(learning_rate=0.01)
 opt.build(net.trainable_variables)
