@@ -1,17 +1,23 @@
 # Distributed training with TensorFlow, Horovod and Amazon SageMaker
 #   make lab    create/update the environment (.venv) and open the course in JupyterLab
 #   make test   create/update the environment, lint, run the unit tests and execute every notebook
+#   make site   the course as a website in build/site/html (lessons executed in smoke mode; SITE_MODE=full)
+#   make wheelhouse   every pinned package and the Horovod wheel in wheelhouse/, for machines with no network
 # Options: PYTHON=/path/to/python3.11   TF_PACKAGE='tensorflow[and-cuda]' (GPU machines)
+#          WHEELHOUSE=/path/to/wheelhouse   install from it, with no package index (default: wheelhouse/
+#          when a complete one is there)
 SHELL := /bin/bash
 VENV := .venv
+WHEELHOUSE ?= $(if $(wildcard $(CURDIR)/wheelhouse/COMPLETE),$(CURDIR)/wheelhouse,)
 export PYTHON
 export TF_PACKAGE
+export WHEELHOUSE
 # The kernelspec registered inside .venv comes first, whatever other kernels the machine has.
 export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # Jupyter refuses to run as root without this flag (containers often run as root).
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test env horovod unit notebooks lint format durations clean-env
+.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check clean-env
 
 env:
 	@bash tools/setup_env.sh
@@ -36,10 +42,34 @@ format: env
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Re-time every lesson in full and smoke mode into data/notebook_durations.csv (about 15 minutes).
+# Re-time every lesson in full and smoke mode into data/notebook_durations.csv (about 15 minutes), measure a
+# JupyterLab server's memory (data/jupyterlab_memory.csv), and rewrite the instructor's page from the figures.
 durations: env
-	$(VENV)/bin/python tools/time_notebooks.py --mode full
+	$(VENV)/bin/python tools/time_notebooks.py --jupyterlab --mode full
 	$(VENV)/bin/python tools/time_notebooks.py --mode smoke
+	$(VENV)/bin/python tools/instructor_page.py
+
+# docs/instructor.md from the measured figures (a test checks that it is current).
+instructor-page: env
+	$(VENV)/bin/python tools/instructor_page.py
+
+# Every pinned package (TensorFlow as this platform's wheel) and the Horovod wheel, in wheelhouse/ (git-ignored).
+wheelhouse: env
+	@bash tools/wheelhouse.sh $(CURDIR)/wheelhouse
+
+# The slow set-up tests: SageMaker lifecycle first and second start, and an environment from a fresh wheelhouse
+# with no package index (several minutes and about 1.3 GB of downloads; not part of `make test`).
+test-setup: env
+	COURSE_SETUP_TESTS=1 $(VENV)/bin/python -m pytest tests/test_lifecycle.py tests/test_wheelhouse.py -v -s -p no:cacheprovider
+
+# The course website: lessons executed (SITE_MODE=smoke by default, or full) and built with Jupyter Book 1
+# into build/site/html; site-check opens every page in headless Chromium and fails on what a reader would see.
+SITE_MODE ?= smoke
+site: env
+	$(VENV)/bin/python tools/build_site.py --mode $(SITE_MODE)
+
+site-check: env
+	$(VENV)/bin/python tools/check_site.py
 
 # Rebuild or re-check Horovod alone (uses the cached wheel when there is one).
 horovod: env

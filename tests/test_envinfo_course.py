@@ -167,3 +167,202 @@ def test_a_duration_measured_on_other_code_is_marked_as_earlier(tmp_path):
     path.write_text(json.dumps(nb))
     assert not course.is_current(row, tmp_path)
     assert not course.is_current({**row, "code_hash": ""}, tmp_path)
+
+
+# --- memory the course needs, and the warning on a smaller machine
+
+INSTANCES = [
+    {"instance_type": "ml.t3.medium", "vcpus": "2", "memory_gib": "4"},
+    {"instance_type": "ml.t3.large", "vcpus": "2", "memory_gib": "8"},
+    {"instance_type": "ml.m5.large", "vcpus": "2", "memory_gib": "8"},
+    {"instance_type": "ml.m5.xlarge", "vcpus": "4", "memory_gib": "16"},
+    {"instance_type": "ml.c5.large", "vcpus": "2", "memory_gib": "4"},
+]
+
+
+def _lesson_folder(tmp_path, names):
+    for name in names:
+        _notebook(tmp_path / name, [{"cell_type": "markdown", "source": [f"# {name}\n"], "metadata": {}}])
+    return tmp_path
+
+
+def _row(notebook, mode, peak):
+    return {"notebook": notebook, "mode": mode, "seconds": "10", "peak_memory_mib": peak}
+
+
+def test_memory_need_is_the_largest_full_mode_peak_plus_jupyterlab(tmp_path):
+    folder = _lesson_folder(tmp_path, ["00_a.ipynb", "01_b.ipynb", "02_c.ipynb"])
+    rows = [_row("00_a.ipynb", "full", "1500"), _row("01_b.ipynb", "full", "3000"), _row("01_b.ipynb", "smoke", "9000")]
+    rows.append(_row("02_c.ipynb", "full", ""))  # measured before the column existed
+    lab = [{"rss_mib": "100", "date": "2026-01-01"}, {"rss_mib": "120", "date": "2026-02-01"}]
+    need = course.memory_need(rows, lab, folder)
+    assert (need.peak_notebook, need.peak_mib, need.jupyterlab_mib) == ("01_b.ipynb", 3000.0, 120.0)
+    assert need.total_mib == 3120.0 and need.unmeasured == ["02_c.ipynb"]
+    line = course.memory_line(need, INSTANCES)
+    assert "3.05 GiB" in line and "01_b.ipynb" in line and "120 MiB, measured 2026-02-01" in line
+    assert "ml.t3.medium (4 GiB)" in line and "ml.m5.large (8 GiB)" in line and "02_c.ipynb" in line
+    assert "ml.c5" not in line  # only the families the course recommends
+
+
+def test_memory_not_measured_yet_is_said_and_gives_no_warning(tmp_path):
+    folder = _lesson_folder(tmp_path, ["00_a.ipynb"])
+    need = course.memory_need([_row("00_a.ipynb", "full", "")], [], folder)
+    assert need.total_mib is None
+    assert "not measured yet" in course.memory_line(need, INSTANCES)
+    assert course.memory_warning(1, need, INSTANCES) is None
+    no_lab = course.memory_need([_row("00_a.ipynb", "full", "900")], [], folder)
+    assert "JupyterLab" in course.memory_line(no_lab, INSTANCES) and no_lab.total_mib is None
+
+
+def test_memory_warning_names_bigger_instances_only_when_memory_is_short(tmp_path):
+    folder = _lesson_folder(tmp_path, ["00_a.ipynb"])
+    need = course.memory_need([_row("00_a.ipynb", "full", "4000")], [{"rss_mib": "150", "date": "d"}], folder)
+    assert course.instances_with_memory(4150, INSTANCES)[0]["memory_gib"] == "8"
+    warning = course.memory_warning(int(3.8 * 2**30), need, INSTANCES)
+    assert warning and "3.80 GiB" in warning and "4.05 GiB" in warning
+    assert "ml.t3.large (8 GiB)" in warning and "ml.m5.large (8 GiB)" in warning and "ml.t3.medium" not in warning
+    assert course.memory_warning(8 * 2**30, need, INSTANCES) is None
+
+
+def test_instance_types_file_names_its_source():
+    types = course.instance_types()
+    assert {"ml.t3.medium", "ml.m5.large"} <= {t["instance_type"] for t in types}
+    assert all(t["source"].startswith("AWS") and "docs.aws.amazon.com" in t["source"] for t in types)
+
+
+def test_jupyterlab_memory_round_trip(tmp_path):
+    path = tmp_path / "lab.csv"
+    row = {"rss_mib": "90", "jupyterlab": "4.6.6", "python": "3.11", "cpu_model": "c", "date": "d1", "how": "h"}
+    course.record_jupyterlab_memory(row, path)
+    course.record_jupyterlab_memory({**row, "rss_mib": "95", "date": "d2"}, path)
+    assert [r["rss_mib"] for r in course.read_jupyterlab_memory(path)] == ["90", "95"]
+
+
+def test_total_memory_reads_a_container_limit(tmp_path):
+    import psutil
+
+    (tmp_path / "memory.max").write_text("1073741824\n")
+    assert envinfo.total_memory(tmp_path) == min(2**30, psutil.virtual_memory().total)
+    (tmp_path / "memory.max").write_text("max\n")
+    assert envinfo.total_memory(tmp_path) == psutil.virtual_memory().total
+
+
+def test_lesson_start_warns_on_a_machine_with_too_little_memory(monkeypatch, capsys):
+    from utils import lesson
+
+    monkeypatch.setattr(envinfo, "total_memory", lambda: 2**30)  # a 1 GiB machine
+    monkeypatch.setattr(envinfo, "machine_line", lambda: "machine")
+    need = course.memory_need()
+    lesson.start("00_start_here.ipynb").finish()
+    out = capsys.readouterr().out
+    assert ("WARNING: this machine has 1.00 GiB" in out) == (need.total_mib is not None)
+
+
+def test_an_old_durations_file_without_core_seconds_still_reads_and_is_rewritten_with_it(tmp_path):
+    path = tmp_path / "d.csv"
+    old = ",".join(course.REQUIRED_DURATION_FIELDS)
+    path.write_text(old + "\n01_a.ipynb,full,60,,cpu,2,2026-01-01,2.21.0,abc\n")
+    rows = course.read_durations(path)
+    assert course.peak_memory_of("01_a.ipynb", "full", rows) is None
+    course.record_duration({**rows[0], "mode": "smoke", "core_seconds": "30.0"}, path)
+    again = course.read_durations(path)
+    assert [r["core_seconds"] for r in again] == ["", "30.0"]
+
+
+# --- the core path: sections marked "(deep dive)"
+
+
+def _md(text):
+    return {"cell_type": "markdown", "source": [text], "metadata": {}}
+
+
+def _code(text, seconds=None):
+    meta = {}
+    if seconds is not None:
+        meta["execution"] = {
+            "iopub.execute_input": "2026-01-01T00:00:00.000000Z",
+            "shell.execute_reply": f"2026-01-01T00:00:{seconds:02d}.500000Z",
+        }
+    return {"cell_type": "code", "source": [text], "metadata": meta, "outputs": [], "execution_count": None}
+
+
+def _synthetic_lesson():
+    return {
+        "cells": [
+            _md("# 09 A lesson\n\nWhat and why."),  # 0
+            _code("L = lesson.start('09_x.ipynb')", 1),  # 1
+            _md("## Core part\n\none two three four"),  # 2
+            _code("x = 1", 2),  # 3
+            _md("### A detail (deep dive)\n"),  # 4
+            _code("y = 2", 10),  # 5
+            _md("### Back on the path"),  # 6
+            _code("z = 3", 3),  # 7
+            _md("## Everything here (Deep Dive)"),  # 8
+            _code("if L.need_horovod():\n    pass", 20),  # 9
+            _md("### Still deep"),  # 10
+            _code("w = 4", 30),  # 11
+            _md("## Summary\n\nfive six"),  # 12
+            _code("print(L.finish())", 1),  # 13
+        ]
+    }
+
+
+def test_sections_and_core_cells_leave_out_deep_dives():
+    nb = _synthetic_lesson()
+    deep = {s.title: s.deep_dive for s in course.sections(nb)}
+    assert deep == {
+        "09 A lesson": False,
+        "Core part": False,
+        "A detail (deep dive)": True,
+        "Back on the path": False,
+        "Everything here (Deep Dive)": True,
+        "Still deep": True,
+        "Summary": False,
+    }
+    assert course.core_cells(nb) == [0, 1, 2, 3, 6, 7, 12, 13]
+    assert course.has_deep_dives(nb)
+    assert course.horovod_sections(nb) == ["Everything here (Deep Dive)"]
+
+
+def test_core_seconds_sums_the_timed_core_cells_only():
+    nb = _synthetic_lesson()
+    assert course.core_seconds(nb) == 1.5 + 2.5 + 3.5 + 1.5
+    untimed = {"cells": [_md("# T"), _code("x = 1")]}
+    assert course.core_seconds(untimed) is None
+
+
+def test_reading_minutes_counts_core_words_at_the_stated_speed():
+    nb = {"cells": [_md("# Title words\n" + "word " * 398), _md("## Extra (deep dive)\n" + "word " * 1000)]}
+    assert course.reading_minutes(nb, wpm=200) == 400 / 200
+    assert course.reading_minutes(nb, core_only=False, wpm=200) == (400 + 1003) / 200
+
+
+def test_core_run_time_is_recorded_or_the_whole_lesson_without_deep_dives(tmp_path):
+    _notebook(tmp_path / "01_plain.ipynb", [_md("# Plain")])
+    _notebook(tmp_path / "02_marked.ipynb", _synthetic_lesson()["cells"])
+    rows = [
+        {"notebook": "01_plain.ipynb", "mode": "full", "seconds": "120", "core_seconds": ""},
+        {"notebook": "02_marked.ipynb", "mode": "full", "seconds": "300", "core_seconds": ""},
+    ]
+    assert course.core_run_seconds("01_plain.ipynb", rows, tmp_path) == 120.0
+    assert course.core_run_seconds("02_marked.ipynb", rows, tmp_path) is None  # not measured yet
+    rows[1]["core_seconds"] = "90"
+    assert course.core_run_seconds("02_marked.ipynb", rows, tmp_path) == 90.0
+
+
+def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
+    words = "word " * 2000  # 10 min of reading at 200 words a minute
+    for name in ("00_a.ipynb", "01_b.ipynb", "02_c.ipynb", "03_d.ipynb"):
+        _notebook(tmp_path / name, [_md(f"# T\n{words}")])
+    rows = [
+        {"notebook": n, "mode": "full", "seconds": "1200", "core_seconds": ""} for n in ("00_a.ipynb", "01_b.ipynb")
+    ]
+    rows.append({"notebook": "02_c.ipynb", "mode": "full", "seconds": "1200", "core_seconds": ""})
+    plan, left = course.workshop_schedule(total_min=100, break_after_min=60, break_min=10, rows=rows, folder=tmp_path)
+    # each lesson: 20 min run + 10 min reading (+ 2 title words) -> 31 min
+    assert [(s.what, s.start_min, s.minutes) for s in plan] == [
+        ("00_a.ipynb", 0, 31),
+        ("break", 31, 10),
+        ("01_b.ipynb", 41, 31),
+    ]
+    assert left == ["02_c.ipynb", "03_d.ipynb"]

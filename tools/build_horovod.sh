@@ -3,6 +3,8 @@
 # environment, and proves it with a 2-rank allreduce.
 #
 #   bash tools/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
+#   bash tools/build_horovod.sh PYTHON --wheel-to DIR   # only make sure the wheel exists (build it if
+#        needed) and copy it to DIR/horovod/<key>/, without installing it (`make wheelhouse` does this)
 #
 # Horovod's last release (0.28.1) is published only as source and does not compile against
 # TensorFlow 2.21 as shipped: horovod/tensorflow/xla_mpi_ops.cc includes XLA headers that the
@@ -10,13 +12,21 @@
 # build turns that file's top-level guard off and compiles everything else unchanged.
 #
 # The built wheel is kept in a cache outside the repository, keyed by Horovod, TensorFlow and
-# Python versions and the platform, so a second environment installs it in seconds:
+# Python versions, the platform and the build recipe, so a second environment installs it in seconds:
 #   ${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/distributed-training-course}/wheels
+# With WHEELHOUSE set (a folder made by `make wheelhouse`), a wheel found there is used first, and a
+# build downloads the source release from the wheelhouse instead of the package index.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
+# shellcheck source=tools/portable.sh
+. "$here/portable.sh"
 PY="${1:-python}"
+wheel_to=""
+if [ "${2:-}" = "--wheel-to" ]; then
+  wheel_to="${3:?--wheel-to needs a folder}"
+fi
 
 say() { printf '[horovod] %s\n' "$*"; }
 die() { printf '[horovod] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -37,11 +47,25 @@ for d in ("tensorflow-cpu", "tensorflow", "tensorflow-macos"):
 [ -n "$tf_version" ] || die "TensorFlow is not installed in $PY: install requirements.txt first."
 
 tag="$("$PY" -c 'import sys, sysconfig; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
-# The build recipe (this script: the patch and the flags below) is part of the key, so a change to it
-# builds a new wheel instead of reusing one built the old way.
-recipe="r$(sha256sum "${BASH_SOURCE[0]}" | cut -c1-8)"
+# The build recipe: the build flags and the patch of the XLA ops' guard (a Python program).
+build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+             HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5)
+patch_py='
+import sys
+path = sys.argv[1]
+text = open(path).read()
+guard = "#if TENSORFLOW_VERSION >= 2006000000"
+if text.count(guard) != 1:
+    sys.exit(f"[horovod] ERROR: expected one {guard!r} line in {path}; the source release is not the expected one")
+text = text.replace(guard, "#if 0  // XLA custom-call ops off: their headers are not in the TensorFlow wheel", 1)
+open(path, "w").write(text)
+'
+# The recipe is part of the key, so a change to it builds a new wheel instead of reusing one built the
+# old way (and a change elsewhere in this script does not force a rebuild).
+recipe="r$(printf '%s\n' "${build_flags[@]}" "$patch_py" | sha256_hex | cut -c1-8)"
 cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
-cache="$cache_root/wheels/horovod-$version-tf$tf_version-$tag-$recipe"
+key="horovod-$version-tf$tf_version-$tag-$recipe"
+cache="$cache_root/wheels/$key"
 
 prove() {
   say "checking the build: horovodrun --check-build, then a 2-rank Gloo allreduce"
@@ -53,7 +77,7 @@ prove() {
   printf '%s\n' "$report" | grep -E 'Horovod v|\[X\] (TensorFlow|Gloo)' | sed 's/^/[horovod]   /'
   printf '%s\n' "$report" | grep -q '\[X\] Gloo' || die "Horovod was built without Gloo."
   local out
-  out="$(cd "$repo" && timeout --kill-after=10 120 env OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 \
+  out="$(cd "$repo" && with_timeout 120 env OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 \
     "$bin/horovodrun" --gloo -np 2 -H localhost:2 "$PY" -c '
 import horovod.tensorflow as hvd, tensorflow as tf
 hvd.init()
@@ -67,22 +91,35 @@ print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tol
   say "OK: Horovod $version with Gloo works on 2 ranks."
 }
 
-if "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('horovod') != '$version')" 2>/dev/null \
+if [ -z "$wheel_to" ] \
+   && "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('horovod') != '$version')" 2>/dev/null \
    && "$PY" -c 'import horovod.tensorflow' 2>/dev/null; then
   say "Horovod $version already installed for TensorFlow $tf_version."
   prove
   exit 0
 fi
 
-wheel="$(ls "$cache"/horovod-*.whl 2>/dev/null | head -n 1 || true)"
+first_wheel() {
+  local found
+  for found in "$1"/horovod-*.whl; do
+    [ -f "$found" ] && { printf '%s\n' "$found"; return 0; }
+  done
+  return 0
+}
+wheel=""
+if [ -n "${WHEELHOUSE:-}" ]; then
+  wheel="$(first_wheel "$WHEELHOUSE/horovod/$key")"
+  [ -n "$wheel" ] && say "using the wheelhouse's wheel: $wheel"
+fi
+[ -n "$wheel" ] || wheel="$(first_wheel "$cache")"
 if [ -n "$wheel" ]; then
-  say "using the cached wheel: $wheel"
+  case "$wheel" in "$cache"/*) say "using the cached wheel: $wheel" ;; esac
 else
   say "compiling Horovod $version with Gloo for TensorFlow $tf_version (2 to 5 minutes; it happens once per machine)"
   for tool in c++ make; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is missing. Install a C++ compiler and make:
     Debian/Ubuntu: sudo apt-get install -y g++ make
-    Amazon Linux / RHEL: sudo yum install -y gcc-c++ make
+    Amazon Linux 2023 / RHEL: sudo dnf install -y gcc-c++ make
     macOS: xcode-select --install
   then run this again. The rest of the course works without Horovod."
   done
@@ -90,35 +127,23 @@ else
   py_include="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
   [ -f "$py_include/Python.h" ] || die "the Python headers are missing ($py_include/Python.h). Install them:
     Debian/Ubuntu: sudo apt-get install -y python3.11-dev
-    Amazon Linux / RHEL: sudo yum install -y python3.11-devel
+    Amazon Linux 2023 / RHEL: sudo dnf install -y python3.11-devel
   then run this again. The rest of the course works without Horovod."
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
   "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$version" -d "$work" \
     || die "could not download the horovod==$version source release from the package index (no network?)."
-  echo "$sdist_sha256  $work/horovod-$version.tar.gz" | sha256sum -c --quiet - \
+  [ "$(sha256_hex <"$work/horovod-$version.tar.gz")" = "$sdist_sha256" ] \
     || die "the downloaded horovod-$version.tar.gz does not have the expected sha256."
   tar -xzf "$work/horovod-$version.tar.gz" -C "$work"
   src="$work/horovod-$version"
   # Turn the XLA ops' guard off (fail loudly if the file is not the one we expect).
-  "$PY" - "$src/horovod/tensorflow/xla_mpi_ops.cc" <<'PYEOF'
-import sys
-path = sys.argv[1]
-text = open(path).read()
-guard = "#if TENSORFLOW_VERSION >= 2006000000"
-if text.count(guard) != 1:
-    sys.exit(f"[horovod] ERROR: expected one '{guard}' line in {path}; the source release is not the expected one")
-text = text.replace(guard, "#if 0  // XLA custom-call ops off: their headers are not in the TensorFlow wheel", 1)
-open(path, "w").write(text)
-PYEOF
+  "$PY" -c "$patch_py" "$src/horovod/tensorflow/xla_mpi_ops.cc"
   log="$cache_root/horovod-build.log"
   mkdir -p "$cache_root"
-  jobs="$(nproc 2>/dev/null || echo 2)"
+  jobs="$(cpu_count)"
   bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
-  if ! env PATH="$bin:$PATH" \
-      HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-      HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-      CMAKE_POLICY_VERSION_MINIMUM=3.5 MAKEFLAGS="-j$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+  if ! env PATH="$bin:$PATH" "${build_flags[@]}" MAKEFLAGS="-j$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
       "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$src" >"$log" 2>&1; then
     tail -n 30 "$log" >&2
     die "the Horovod build failed; the last lines of $log are above. Common causes:
@@ -129,8 +154,15 @@ PYEOF
   fi
   mkdir -p "$cache"
   cp "$work"/dist/horovod-*.whl "$cache/"
-  wheel="$(ls "$cache"/horovod-*.whl | head -n 1)"
+  wheel="$(first_wheel "$cache")"
   say "built and cached: $wheel"
+fi
+
+if [ -n "$wheel_to" ]; then
+  mkdir -p "$wheel_to/horovod/$key"
+  cp "$wheel" "$wheel_to/horovod/$key/"
+  say "copied to $wheel_to/horovod/$key/$(basename "$wheel")"
+  exit 0
 fi
 
 "$PY" -m pip install --quiet --no-deps --force-reinstall "$wheel"

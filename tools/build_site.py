@@ -91,9 +91,13 @@ def main() -> None:
         if not (NOTEBOOKS / name).exists():
             sys.exit(f"notebooks/{name} does not exist; give file names from notebooks/.")
         execute(name, args.mode, src / "notebooks" / name)
-    pages = {f"notebooks/{name}" for name in names}
+    docs = tuple(sorted(p.name for p in (REPO_ROOT / "docs").glob("*.md")))
+    (src / "docs").mkdir(parents=True, exist_ok=True)
+    for name in docs:  # pages beside the lessons (the instructor's guide); their links to lessons resolve as in git
+        (src / "docs" / name).write_text((REPO_ROOT / "docs" / name).read_text())
+    pages = {f"notebooks/{name}" for name in names} | {f"docs/{name}" for name in docs}
     (src / "index.md").write_text(site.front_page((REPO_ROOT / "README.md").read_text(), pages))
-    (src / "_toc.yml").write_text(site.toc(names))
+    (src / "_toc.yml").write_text(site.toc(names, docs))
     (src / "_config.yml").write_text(CONFIG)
     html = args.out / "html"
     shutil.rmtree(src / "_build", ignore_errors=True)

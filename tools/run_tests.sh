@@ -5,7 +5,9 @@
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+cd "$repo" || exit 1
+# shellcheck source=tools/portable.sh
+. "$repo/tools/portable.sh"
 what="${1:-all}"
 py="$repo/.venv/bin/python"
 export COURSE_SMOKE=1
@@ -19,6 +21,7 @@ start=$(date +%s)
 # Every process this run starts inherits a session mark; whatever still carries it at the end (workers
 # orphaned when a budget ran out) is stopped, and processes of other runs (an open JupyterLab) are not.
 export COURSE_TEST_SESSION="test-$$-$start"
+# shellcheck disable=SC2329  # called by the trap below
 stop_leftovers() {
   "$py" -m utils.processes stop COURSE_TEST_SESSION "$COURSE_TEST_SESSION" || true
 }
@@ -31,7 +34,7 @@ run() {
     echo "[test] ERROR: the budget of $TEST_BUDGET s for the whole run is used up; not started: pytest $*" >&2
     return 1
   fi
-  timeout --kill-after=30 "$left" "$py" -m pytest "$@"
+  KILL_AFTER=30 with_timeout "$left" "$py" -m pytest "$@"
   local rc=$?
   case $rc in
     0) return 0 ;;
@@ -48,6 +51,19 @@ if [ "$what" = all ] || [ "$what" = lint ]; then
     echo "[test] ruff: no problem found"
   else
     echo "[test] ERROR: ruff found problems (above); \`make format\` fixes most of them" >&2
+    rc=1
+  fi
+  echo "[test] shell scripts (shellcheck)"
+  shell_scripts=()
+  # every shell script of the repository (git's list; without git, every *.sh outside the environment)
+  while IFS= read -r script; do shell_scripts+=("$script"); done < <(
+    git ls-files -co --exclude-standard '*.sh' 2>/dev/null \
+      || find . -name '*.sh' -not -path './.venv/*' -not -path './build/*' -not -path './wheelhouse/*')
+  [ -f .ci/run ] && shell_scripts+=(.ci/run)  # CI's entry point has no .sh suffix
+  if "$repo/.venv/bin/shellcheck" -x "${shell_scripts[@]}"; then
+    echo "[test] shellcheck: no problem found in ${#shell_scripts[@]} scripts"
+  else
+    echo "[test] ERROR: shellcheck found problems (above)" >&2
     rc=1
   fi
 fi

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Creates or updates the course environment in .venv. Called by `make lab` and `make test`.
-# It reinstalls only when the pins (requirements.txt) or this set-up changed: a stamp in .venv
-# records a hash of them.
+# It reinstalls only when the pins (requirements.txt) or this set-up changed: a stamp in the
+# environment records a hash of them.
 #
 #   TF_PACKAGE='tensorflow[and-cuda]' bash tools/setup_env.sh   # GPU machine (see README)
 #   COURSE_REQUIRE_HOROVOD=1 ...   # fail if Horovod cannot be built (CI sets it; CI=true does too)
+#   WHEELHOUSE=/path/to/wheelhouse ...   # install from a folder made by `make wheelhouse`, no network
+#   COURSE_VENV=/path/to/env ...   # create the environment elsewhere (the SageMaker lifecycle scripts do)
+#
+# Portable: runs with the GNU tools of Linux and with a stock macOS (bash 3.2, BSD tools); see tools/portable.sh.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="$repo/.venv"
+# shellcheck source=tools/portable.sh
+. "$repo/tools/portable.sh"
+venv="${COURSE_VENV:-$repo/.venv}"
 stamp="$venv/.course-env"
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -25,9 +31,15 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || die "Python 3.11 is needed and was not found (tried python3.11, python3).
   Install it (Debian/Ubuntu: sudo apt-get install -y python3.11 python3.11-venv python3.11-dev;
-  macOS: brew install python@3.11; or pyenv install 3.11) or name it: make test PYTHON=/path/to/python3.11"
+  Amazon Linux 2023: sudo dnf install -y python3.11 python3.11-devel; macOS: brew install python@3.11;
+  or pyenv install 3.11) or name it: make test PYTHON=/path/to/python3.11"
 
-TF_PACKAGE="${TF_PACKAGE:-tensorflow-cpu}"
+# A wheelhouse holds one TensorFlow wheel; by default install that one.
+if [ -z "${TF_PACKAGE:-}" ] && [ -n "${WHEELHOUSE:-}" ] && [ -f "$WHEELHOUSE/TF_PACKAGE" ]; then
+  TF_PACKAGE="$(cat "$WHEELHOUSE/TF_PACKAGE")"
+fi
+# tensorflow-cpu has no wheels for macOS on Apple silicon; there the `tensorflow` wheel is the CPU build.
+TF_PACKAGE="${TF_PACKAGE:-$(default_tf_package)}"
 case "$TF_PACKAGE" in
   tensorflow-cpu|tensorflow|'tensorflow[and-cuda]') ;;
   *) die "TF_PACKAGE=$TF_PACKAGE is not one of: tensorflow-cpu (default), tensorflow, 'tensorflow[and-cuda]'." ;;
@@ -35,16 +47,29 @@ esac
 require_horovod="${COURSE_REQUIRE_HOROVOD:-}"
 [ "${CI:-}" = "true" ] && require_horovod=1
 
-want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" \
-        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
+# An offline install: pip finds every package in the wheelhouse and never asks an index.
+if [ -n "${WHEELHOUSE:-}" ]; then
+  [ -f "$WHEELHOUSE/COMPLETE" ] || die "WHEELHOUSE=$WHEELHOUSE is not a complete wheelhouse (no COMPLETE file in it).
+  Make one on a machine with network access: make wheelhouse"
+  WHEELHOUSE="$(cd "$WHEELHOUSE" && pwd)"
+  here="$("$PYTHON" -c 'import sys, sysconfig; print(sysconfig.get_platform(), "python%d.%d" % sys.version_info[:2])')"
+  made_for="$(sed -n 's/^platform: //p' "$WHEELHOUSE/COMPLETE")"
+  [ "$made_for" = "$here" ] || say "WARNING: the wheelhouse was made on $made_for and this machine is $here;
+          if pip finds no matching wheel below, make a wheelhouse on a machine like this one."
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$WHEELHOUSE" WHEELHOUSE
+  say "installing from the wheelhouse $WHEELHOUSE, with no package index"
+fi
+
+want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" "$repo/tools/portable.sh" \
+        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') | sha256_hex | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
-  say "environment .venv is up to date."
+  say "environment $venv is up to date."
   exit 0
 fi
 
 start=$(date +%s)
 if [ ! -x "$venv/bin/python" ]; then
-  say "creating .venv with $("$PYTHON" --version)"
+  say "creating $venv with $("$PYTHON" --version)"
   "$PYTHON" -m venv "$venv" || die "could not create a virtual environment.
   Debian/Ubuntu: sudo apt-get install -y python3.11-venv"
 fi
@@ -53,21 +78,22 @@ py="$venv/bin/python"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 say "installing packaging tools"
+# shellcheck disable=SC2046  # one argument per pin line, on purpose
 "$py" -m pip install --quiet $(grep -E '^(pip|setuptools|wheel)==' "$repo/requirements.txt") 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; }
 
 say "installing the pinned packages (TensorFlow as $TF_PACKAGE; a few minutes the first time)"
 reqs="$(mktemp)"
 trap 'rm -f "$reqs"' EXIT
-sed "s/^tensorflow-cpu==/$TF_PACKAGE==/" "$repo/requirements.txt" >"$reqs"
+requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 # (grep drops pip's notes about local index folders some machines configure; errors still show)
 "$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
   || die "pip could not install requirements.txt (see its message above)."
 
 "$py" "$repo/tools/link_utils.py"
-# The notebooks' kernel is `python3`; register it inside .venv so it runs this environment.
+# The notebooks' kernel is `python3`; register it inside the environment so that it runs this environment.
 "$py" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course .venv)" >/dev/null
-say "kernel python3 registered in .venv"
+say "kernel python3 registered in $venv"
 
 if ! bash "$repo/tools/build_horovod.sh" "$py"; then
   if [ -n "$require_horovod" ]; then

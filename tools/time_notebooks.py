@@ -4,12 +4,19 @@
     python tools/time_notebooks.py --mode full            # every notebook, full mode
     python tools/time_notebooks.py --mode smoke 00_start_here.ipynb
     python tools/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
+    python tools/time_notebooks.py --mode smoke --out /tmp/d.csv 00_start_here.ipynb   # record elsewhere
+    python tools/time_notebooks.py --jupyterlab        # only measure a JupyterLab server's memory
 
 The file records with each time the machine (CPU model, usable cores) and the TensorFlow version, so that
 00_start_here can show the durations together with the hardware that produced them; a hash of the
 notebook's code cells, so that the course map marks a time measured on an earlier version of a lesson;
-and the peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
-proportional set sizes summed), sampled twice a second.
+the peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
+proportional set sizes summed), sampled twice a second; and the run time of the lesson's core path (its
+code cells outside the sections marked "(deep dive)", from the cells' own timings).
+
+With --jupyterlab it also starts a headless JupyterLab server of this environment, waits until it serves
+the JupyterLab page, and records the memory (RSS) of its processes in data/jupyterlab_memory.csv: with the
+lessons' peak, that is the memory the course needs (utils.course.memory_need).
 """
 
 from __future__ import annotations
@@ -17,9 +24,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import secrets
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,7 +39,7 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
-from utils import course, envinfo
+from utils import course, envinfo, launch
 
 
 def _memory_of(proc: psutil.Process) -> int:
@@ -68,14 +79,77 @@ class PeakMemory:
         self._thread.join()
 
 
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def jupyterlab_rss(settle: float = 5.0, timeout: float = 120.0) -> float:
+    """Start a headless JupyterLab server of this environment, load its page, and return its RSS in MiB."""
+    port, token = launch.free_ports(1)[0], secrets.token_hex(16)
+    env = launch.worker_env(threads=1)
+    run_id = env[launch.RUN_MARKER]
+    with tempfile.TemporaryDirectory() as root:
+        command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1"]
+        command += [f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+        command += ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+        server = psutil.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + timeout
+            while True:
+                try:
+                    for page in ("/api/status", "/lab"):
+                        urllib.request.urlopen(f"{base}{page}?token={token}", timeout=10).read()
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"JupyterLab did not answer on port {port} within {timeout:.0f} s") from None
+                    time.sleep(1)
+            time.sleep(settle)
+            return _tree_rss(server) / 2**20
+        finally:
+            launch.kill_run(run_id, [server])
+
+
+def measure_jupyterlab(path: Path) -> None:
+    """Measure a JupyterLab server's memory and record it with its date in `path`."""
+    rss = jupyterlab_rss()
+    print(f"JupyterLab server (headless, page loaded): RSS {rss:,.0f} MiB", flush=True)
+    course.record_jupyterlab_memory(
+        {
+            "rss_mib": f"{rss:.0f}",
+            "jupyterlab": envinfo.package_version("jupyterlab") or "",
+            "python": envinfo.versions()["Python"],
+            "cpu_model": envinfo.cpu_info().model,
+            "date": dt.date.today().isoformat(),
+            "how": "jupyter lab --no-browser, /lab page loaded, RSS of the server and its children after 5 s",
+        },
+        path,
+    )
+
+
 def main() -> None:
     """Time each named notebook (default: all) in the given mode and record the results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mode", choices=["full", "smoke"], required=True)
+    parser.add_argument("--mode", choices=["full", "smoke"])
     parser.add_argument("--cell-timeout", type=int, default=1800)
     parser.add_argument("--save", type=Path, help="folder to write the executed notebooks to (outputs kept)")
+    parser.add_argument("--out", type=Path, default=course.DURATIONS, help="durations file to record into")
+    parser.add_argument("--jupyterlab", action="store_true", help="measure a JupyterLab server's memory")
+    parser.add_argument("--jupyterlab-out", type=Path, default=course.JUPYTERLAB_MEMORY)
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: all)")
     args = parser.parse_args()
+    if args.jupyterlab:
+        measure_jupyterlab(args.jupyterlab_out)
+        if not args.mode:
+            return
+    if not args.mode:
+        parser.error("--mode full or --mode smoke is needed to time notebooks")
     os.environ["COURSE_SMOKE"] = "1" if args.mode == "smoke" else "0"
     names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
     cpu = envinfo.cpu_info()
@@ -98,6 +172,7 @@ def main() -> None:
         if args.save:
             args.save.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, args.save / f"{path.stem}.{args.mode}.ipynb")
+        core = course.core_seconds(nb)
         course.record_duration(
             {
                 "notebook": name,
@@ -109,7 +184,9 @@ def main() -> None:
                 "date": dt.date.today().isoformat(),
                 "tensorflow": envinfo.versions()["TensorFlow"] or "",
                 "code_hash": course.code_hash(path),
-            }
+                "core_seconds": "" if core is None else f"{core:.1f}",
+            },
+            args.out,
         )
 
 

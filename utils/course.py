@@ -1,18 +1,22 @@
-"""The course map: each lesson's title and objectives (read from the notebooks) and measured durations."""
+"""The course map: each lesson's title and objectives (read from the notebooks), measured durations and
+memory, the core path through each lesson (sections marked "(deep dive)" left out), and a workshop schedule."""
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import hashlib
 import json
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils.paths import DATA, NOTEBOOKS
 
 DURATIONS = DATA / "notebook_durations.csv"
-DURATION_FIELDS = [
+#: The columns every durations file has.
+REQUIRED_DURATION_FIELDS = [
     "notebook",
     "mode",
     "seconds",
@@ -23,6 +27,17 @@ DURATION_FIELDS = [
     "tensorflow",
     "code_hash",
 ]
+#: The columns written: the required ones, then those added later (empty in rows measured before them).
+DURATION_FIELDS = [*REQUIRED_DURATION_FIELDS, "core_seconds"]
+#: The measured memory of a JupyterLab server (tools/time_notebooks.py --jupyterlab).
+JUPYTERLAB_MEMORY = DATA / "jupyterlab_memory.csv"
+JUPYTERLAB_FIELDS = ["rss_mib", "jupyterlab", "python", "cpu_model", "date", "how"]
+#: SageMaker notebook instance types and their memory, from AWS's documentation (source column).
+INSTANCE_TYPES = DATA / "notebook_instance_types.csv"
+#: A section whose heading ends with this mark is a deep dive: a workshop's core path leaves it out.
+DEEP_DIVE_MARK = "(deep dive)"
+#: Reading speed assumed for the reading estimate (words a minute; code is counted in words too).
+READING_WPM = 200
 
 
 @dataclass
@@ -71,7 +86,7 @@ def read_durations(path: Path = DURATIONS) -> list[dict[str, str]]:
         return []
     with path.open(newline="") as f:
         rows = list(csv.DictReader(f))
-    missing = set(DURATION_FIELDS) - set(rows[0].keys() if rows else DURATION_FIELDS)
+    missing = set(REQUIRED_DURATION_FIELDS) - set(rows[0].keys() if rows else REQUIRED_DURATION_FIELDS)
     if missing:
         raise ValueError(
             f"{path} lacks the columns {sorted(missing)}; regenerate it with "
@@ -101,10 +116,10 @@ def peak_memory_of(notebook: str, mode: str, rows: list[dict[str, str]] | None =
 def record_duration(row: dict[str, str], path: Path = DURATIONS) -> None:
     """Replace the row for (notebook, mode) in the durations file with `row`."""
     rows = [r for r in read_durations(path) if (r["notebook"], r["mode"]) != (row["notebook"], row["mode"])]
-    rows.append({k: str(row[k]) for k in DURATION_FIELDS})
+    rows.append({k: str(row[k] if k in REQUIRED_DURATION_FIELDS else row.get(k, "")) for k in DURATION_FIELDS})
     rows.sort(key=lambda r: (r["notebook"], r["mode"]))
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=DURATION_FIELDS)
+        writer = csv.DictWriter(f, fieldnames=DURATION_FIELDS, restval="")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -131,6 +146,12 @@ def _minutes(seconds: float | None) -> str:
     return "not measured yet" if seconds is None else f"{seconds / 60:.1f} min"
 
 
+def _core_path(notebook: str, rows: list[dict[str, str]], folder: Path) -> str:
+    run = core_run_seconds(notebook, rows, folder)
+    reading = reading_minutes(folder / notebook)
+    return f"{_minutes(run)} run + {reading:.0f} min reading (estimate at {READING_WPM} words/min)"
+
+
 def course_map(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> list[dict[str, str]]:
     """One row per lesson: title, objectives, measured full and smoke run times and peak memory (marked when stale)."""
     rows = read_durations() if rows is None else rows
@@ -146,6 +167,7 @@ def course_map(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOK
                 "full mode": _minutes(duration_of(lesson.notebook, "full", rows)),
                 "smoke mode": _minutes(duration_of(lesson.notebook, "smoke", rows)),
                 "peak memory (full)": "not measured yet" if peak is None else f"{peak / 1024:.1f} GiB",
+                "core path (full)": _core_path(lesson.notebook, rows, folder),
                 "timed on": (
                     "this version"
                     if timed and all(is_current(r, folder) for r in timed)
@@ -164,3 +186,273 @@ def measured_on(rows: list[dict[str, str]] | None = None) -> list[str]:
     return sorted(
         {f"{r['cpu_model']}, {r['usable_cores']} cores, TensorFlow {r['tensorflow']}, {r['date']}" for r in rows}
     )
+
+
+# --- Memory: the course's measured peak plus a JupyterLab server, against the machine and instance sizes
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_jupyterlab_memory(path: Path = JUPYTERLAB_MEMORY) -> list[dict[str, str]]:
+    """Rows of the JupyterLab-memory file: a headless JupyterLab server's RSS, measured (empty if never)."""
+    return _read_csv(path)
+
+
+def record_jupyterlab_memory(row: dict[str, str], path: Path = JUPYTERLAB_MEMORY) -> None:
+    """Append one measurement of a JupyterLab server's memory to the file."""
+    rows = [*read_jupyterlab_memory(path), {k: str(row[k]) for k in JUPYTERLAB_FIELDS}]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=JUPYTERLAB_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def instance_types(path: Path = INSTANCE_TYPES) -> list[dict[str, str]]:
+    """SageMaker notebook instance types with their vCPUs and memory (GiB), as AWS documents them."""
+    return _read_csv(path)
+
+
+@dataclass
+class MemoryNeed:
+    """The course's measured memory need: the largest lesson peak (full mode) plus a JupyterLab server."""
+
+    peak_mib: float | None
+    peak_notebook: str | None
+    jupyterlab_mib: float | None
+    jupyterlab_date: str | None
+    unmeasured: list[str] = field(default_factory=list)
+
+    @property
+    def total_mib(self) -> float | None:
+        """Peak plus JupyterLab in MiB, or None while either is not measured."""
+        if self.peak_mib is None or self.jupyterlab_mib is None:
+            return None
+        return self.peak_mib + self.jupyterlab_mib
+
+
+def memory_need(
+    rows: list[dict[str, str]] | None = None,
+    lab_rows: list[dict[str, str]] | None = None,
+    folder: Path = NOTEBOOKS,
+) -> MemoryNeed:
+    """The largest full-mode peak memory among the lessons, and the latest measured JupyterLab RSS."""
+    rows = read_durations() if rows is None else rows
+    lab_rows = read_jupyterlab_memory() if lab_rows is None else lab_rows
+    peaks = {lesson.notebook: peak_memory_of(lesson.notebook, "full", rows) for lesson in lessons(folder)}
+    measured = {name: mib for name, mib in peaks.items() if mib is not None}
+    top = max(measured, key=lambda name: measured[name]) if measured else None
+    lab = [r for r in lab_rows if r.get("rss_mib")]
+    return MemoryNeed(
+        peak_mib=measured[top] if top else None,
+        peak_notebook=top,
+        jupyterlab_mib=float(lab[-1]["rss_mib"]) if lab else None,
+        jupyterlab_date=lab[-1]["date"] if lab else None,
+        unmeasured=sorted(name for name, mib in peaks.items() if mib is None),
+    )
+
+
+def instances_with_memory(
+    need_mib: float, types: list[dict[str, str]] | None = None, families: tuple[str, ...] = ("ml.t3.", "ml.m5.")
+) -> list[dict[str, str]]:
+    """The instance types of the given families with at least `need_mib` of memory, smallest first."""
+    types = instance_types() if types is None else types
+    fits = [t for t in types if t["instance_type"].startswith(families) and float(t["memory_gib"]) * 1024 >= need_mib]
+    return sorted(fits, key=lambda t: (float(t["memory_gib"]), t["instance_type"]))
+
+
+def _smallest_per_family(need_mib: float, types: list[dict[str, str]] | None) -> list[dict[str, str]]:
+    found: dict[str, dict[str, str]] = {}
+    for t in instances_with_memory(need_mib, types):
+        found.setdefault(t["instance_type"].rsplit(".", 1)[0], t)
+    return list(found.values())
+
+
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.2f} GiB"
+
+
+def memory_line(need: MemoryNeed | None = None, types: list[dict[str, str]] | None = None) -> str:
+    """One sentence on the memory the course needs, how it was measured, and the smallest instances with it."""
+    need = memory_need() if need is None else need
+    if need.total_mib is None:
+        missing = "the lessons' peak memory" if need.peak_mib is None else "a JupyterLab server's memory"
+        return f"Memory the course needs: not measured yet ({missing}; python tools/time_notebooks.py measures it)."
+    sizes = ", ".join(
+        f"{t['instance_type']} ({t['memory_gib']} GiB)" for t in _smallest_per_family(need.total_mib, types)
+    )
+    line = (
+        f"Memory the course needs: {_gib(need.total_mib)}, the peak of {need.peak_notebook} in full mode "
+        f"({_gib(need.peak_mib or 0)}, kernel and workers) plus a JupyterLab server "
+        f"({need.jupyterlab_mib:.0f} MiB, measured {need.jupyterlab_date})."
+    )
+    if sizes:
+        line += f" The smallest SageMaker notebook instances with that much: {sizes}."
+    if need.unmeasured:
+        line += f" Not measured yet: {', '.join(need.unmeasured)}."
+    return line
+
+
+def memory_warning(
+    total_bytes: int, need: MemoryNeed | None = None, types: list[dict[str, str]] | None = None
+) -> str | None:
+    """A warning with what to do when a machine with `total_bytes` of memory has less than the course needs."""
+    need = memory_need() if need is None else need
+    if need.total_mib is None or total_bytes / 2**20 >= need.total_mib:
+        return None
+    sizes = " or ".join(
+        f"{t['instance_type']} ({t['memory_gib']} GiB)" for t in _smallest_per_family(need.total_mib, types)
+    )
+    return (
+        f"WARNING: this machine has {_gib(total_bytes / 2**20)} of memory and the course needs "
+        f"{_gib(need.total_mib)} ({need.peak_notebook} at its peak, plus JupyterLab): its largest runs may fail or "
+        "be killed. Close other programs and other notebooks' kernels; on a SageMaker notebook instance, stop it "
+        f"and change its type to one with more memory{': ' + sizes if sizes else ''}."
+    )
+
+
+# --- The core path: sections marked "(deep dive)" in their heading are left out of a workshop
+
+
+@dataclass
+class Section:
+    """A heading of a lesson, whether it is a deep dive, and the indices of the cells under it."""
+
+    title: str
+    level: int
+    deep_dive: bool
+    cells: list[int] = field(default_factory=list)
+
+
+def _cells(nb: dict | Path) -> list[dict]:
+    data = json.loads(Path(nb).read_text()) if isinstance(nb, (str, Path)) else nb
+    return data["cells"]
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def sections(nb: dict | Path) -> list[Section]:
+    """The lesson's sections in order: each markdown heading opens one; cells before the first belong to ''."""
+    found = [Section(title="", level=0, deep_dive=False)]
+    deep_level: int | None = None
+    for i, cell in enumerate(_cells(nb)):
+        headings = re.findall(r"^(#{1,6})\s+(.+?)\s*$", _source(cell), re.M) if cell["cell_type"] == "markdown" else []
+        for hashes, title in headings:
+            level = len(hashes)
+            if deep_level is not None and level <= deep_level:
+                deep_level = None
+            if deep_level is None and title.lower().endswith(DEEP_DIVE_MARK):
+                deep_level = level
+            found.append(Section(title=title, level=level, deep_dive=deep_level is not None))
+            if len(found[-1].cells) == 0 and headings[0] == (hashes, title):
+                found[-1].cells.append(i)
+        if not headings:
+            found[-1].cells.append(i)
+    return [sec for sec in found if sec.cells or sec.title]
+
+
+def core_cells(nb: dict | Path) -> list[int]:
+    """Indices of the cells on the core path (every cell outside a deep-dive section)."""
+    return sorted(i for sec in sections(nb) if not sec.deep_dive for i in sec.cells)
+
+
+def has_deep_dives(nb: dict | Path) -> bool:
+    """True when the lesson marks at least one section as a deep dive."""
+    return any(sec.deep_dive for sec in sections(nb))
+
+
+def _seconds_of(cell: dict) -> float:
+    timing = cell.get("metadata", {}).get("execution", {})
+    begin, end = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (begin and end):
+        return 0.0
+    parse = dt.datetime.fromisoformat
+    return max(0.0, (parse(end.replace("Z", "+00:00")) - parse(begin.replace("Z", "+00:00"))).total_seconds())
+
+
+def core_seconds(executed_nb: dict) -> float | None:
+    """Seconds the core path's code cells ran in an executed notebook (nbclient's timings), or None if untimed."""
+    cells = _cells(executed_nb)
+    if not any(c.get("metadata", {}).get("execution") for c in cells if c["cell_type"] == "code"):
+        return None
+    return sum(_seconds_of(cells[i]) for i in core_cells(executed_nb) if cells[i]["cell_type"] == "code")
+
+
+def reading_minutes(nb: dict | Path, core_only: bool = True, wpm: int = READING_WPM) -> float:
+    """Estimated reading time of the lesson's text and code (core path only by default) at `wpm` words a minute."""
+    cells = _cells(nb)
+    chosen = core_cells(nb) if core_only else range(len(cells))
+    words = sum(len(re.findall(r"\w+", _source(cells[i]))) for i in chosen)
+    return words / wpm
+
+
+def core_run_seconds(notebook: str, rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> float | None:
+    """Measured run time of the lesson's core path in full mode; the whole lesson's when it has no deep dive."""
+    rows = read_durations() if rows is None else rows
+    match = [r for r in rows if r["notebook"] == notebook and r["mode"] == "full"]
+    if match and match[-1].get("core_seconds"):
+        return float(match[-1]["core_seconds"])
+    if not has_deep_dives(folder / notebook):
+        return duration_of(notebook, "full", rows)
+    return None
+
+
+@dataclass
+class Slot:
+    """One block of a workshop: a lesson's core path (run time plus reading) or a break, in minutes."""
+
+    what: str
+    start_min: float
+    minutes: float
+    run_min: float = 0.0
+    reading_min: float = 0.0
+
+
+def workshop_schedule(
+    total_min: float = 180,
+    break_after_min: float = 60,
+    break_min: float = 10,
+    rows: list[dict[str, str]] | None = None,
+    folder: Path = NOTEBOOKS,
+) -> tuple[list[Slot], list[str]]:
+    """Lessons' core paths in order, with a break after each `break_after_min`, within `total_min`.
+
+    Returns the schedule and the lessons left for after the workshop (those that do not fit, and those
+    whose core path is not measured yet)."""
+    rows = read_durations() if rows is None else rows
+    plan: list[Slot] = []
+    left: list[str] = []
+    clock = since_break = 0.0
+    for lesson in lessons(folder):
+        run = core_run_seconds(lesson.notebook, rows, folder)
+        if run is None or left:
+            left.append(lesson.notebook)
+            continue
+        run_min, reading = run / 60, reading_minutes(folder / lesson.notebook)
+        need = math.ceil(run_min + reading)
+        if since_break and since_break + need > break_after_min and clock + break_min + need <= total_min:
+            plan.append(Slot("break", clock, break_min))
+            clock, since_break = clock + break_min, 0.0
+        if clock + need > total_min:
+            left.append(lesson.notebook)
+            continue
+        plan.append(Slot(lesson.notebook, clock, need, run_min, reading))
+        clock, since_break = clock + need, since_break + need
+    return plan, left
+
+
+def horovod_sections(nb: dict | Path) -> list[str]:
+    """Titles of the sections with a cell that calls `L.need_horovod()` (cells that skip without Horovod)."""
+    cells = _cells(nb)
+    return [
+        sec.title
+        for sec in sections(nb)
+        if any(cells[i]["cell_type"] == "code" and "need_horovod()" in _source(cells[i]) for i in sec.cells)
+    ]

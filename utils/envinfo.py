@@ -84,6 +84,21 @@ def cache_sizes(cpu: int = 0, root: str | Path = "/sys/devices/system/cpu") -> d
     return sizes
 
 
+def total_memory(cgroup_root: str | Path = "/sys/fs/cgroup") -> int:
+    """Bytes of memory this process may use: the machine's total, or a container's limit when lower."""
+    import psutil
+
+    total = psutil.virtual_memory().total
+    for limit_file in (Path(cgroup_root) / "memory.max", Path(cgroup_root) / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = limit_file.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) < total:
+            return int(text)
+    return total
+
+
 def package_version(*names: str) -> str | None:
     """The installed version of the first distribution in `names` that is installed, else None."""
     for name in names:

@@ -41,7 +41,7 @@ class Lesson:
 
 
 def start(notebook: str, *, horovod: bool = False) -> Lesson:
-    """Print the run mode, the lesson's measured run time and this machine; check Horovod when asked."""
+    """Print the mode, measured run time, machine and a warning if memory is short; check Horovod when asked."""
     if not (course.NOTEBOOKS / notebook).is_file():
         raise FileNotFoundError(
             f"no lesson named {notebook!r} in {course.NOTEBOOKS}: give the notebook's file name, "
@@ -50,6 +50,9 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
     print(mode.describe())
     print(course.measured_duration_line(notebook))
     print(envinfo.machine_line())
+    warning = course.memory_warning(envinfo.total_memory())
+    if warning:
+        print(warning)
     lesson = Lesson(notebook)
     if horovod:
         from utils import launch

@@ -1,0 +1,30 @@
+"""The instructor's page is generated from the measured figures, and is current."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_instructor_page_is_current():
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "instructor_page.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr + out.stdout
+
+
+def test_instructor_page_shows_the_measured_schedule_and_memory():
+    from utils import course
+
+    page = (REPO / "docs" / "instructor.md").read_text()
+    plan, left = course.workshop_schedule()
+    lessons = [slot.what for slot in plan if slot.what != "break"]
+    assert lessons and all(f"`{name}`" in page for name in lessons + left)
+    assert plan[-1].start_min + plan[-1].minutes <= 180
+    assert course.memory_line() in page

@@ -1,0 +1,133 @@
+"""Write docs/instructor.md, the instructor's page, from the course map's measured figures.
+
+    python tools/instructor_page.py            # (re)write the page
+    python tools/instructor_page.py --check    # exit 1 if the page differs from what the figures give now
+
+The schedule, the memory the course needs and the list of cells that skip without Horovod are computed by
+utils.course from data/notebook_durations.csv, data/jupyterlab_memory.csv and the notebooks themselves;
+`make durations` rewrites the page after re-timing the lessons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from utils import course
+from utils.paths import NOTEBOOKS, REPO_ROOT
+
+PAGE = REPO_ROOT / "docs" / "instructor.md"
+WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN = 180, 60, 10
+
+
+def _clock(minutes: float) -> str:
+    return f"{int(minutes) // 60}:{int(minutes) % 60:02d}"
+
+
+def schedule_table() -> str:
+    """The workshop's schedule as a markdown table, and the lessons left for afterwards."""
+    plan, left = course.workshop_schedule(WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN)
+    titles = {lesson.notebook: lesson.title for lesson in course.lessons()}
+    lines = ["| starts at | block | minutes | of which: code running | reading (estimate) |", "|---|---|---|---|---|"]
+    for slot in plan:
+        if slot.what == "break":
+            lines.append(f"| {_clock(slot.start_min)} | break | {slot.minutes:.0f} | | |")
+        else:
+            lines.append(
+                f"| {_clock(slot.start_min)} | `{slot.what}`: {titles[slot.what]} | {slot.minutes:.0f} "
+                f"| {slot.run_min:.1f} | {slot.reading_min:.0f} |"
+            )
+    end = plan[-1].start_min + plan[-1].minutes if plan else 0
+    lines.append(f"| {_clock(end)} | end of the core path | | | |")
+    after = ", ".join(f"`{name}`" for name in left) or "none"
+    lines.append("")
+    lines.append(f"Left for after the workshop (self-study, or a second session): {after}.")
+    return "\n".join(lines)
+
+
+def horovod_table() -> str:
+    """Per lesson, the sections with cells that skip without Horovod."""
+    lines = ["| lesson | sections with cells that skip without Horovod |", "|---|---|"]
+    for lesson in course.lessons():
+        found = course.horovod_sections(NOTEBOOKS / lesson.notebook)
+        lines.append(f"| `{lesson.notebook}` | {'; '.join(found) if found else 'none: runs in full'} |")
+    return "\n".join(lines)
+
+
+def render() -> str:
+    """The whole page, from the figures measured now."""
+    marked = [lesson.notebook for lesson in course.lessons() if course.has_deep_dives(NOTEBOOKS / lesson.notebook)]
+    deep = (
+        f"Lessons that mark deep dives so far: {', '.join(f'`{n}`' for n in marked)}."
+        if marked
+        else "No lesson marks a deep dive yet, so each lesson's core path is still the whole lesson."
+    )
+    measured = "; ".join(course.measured_on()) or "not measured yet"
+    return f"""# Running the course as a workshop
+
+<!-- Written by tools/instructor_page.py from the measured figures; do not edit by hand. -->
+
+This page is for an instructor who runs the course in a room. Its figures come from the course map
+(`data/notebook_durations.csv`, measured on: {measured}); `make durations` re-times the lessons and
+rewrites this page.
+
+## A 3-hour schedule
+
+Each block is one lesson's **core path**: the lesson without the sections whose heading ends in
+"(deep dive)". Its time is the core path's measured run time in full mode plus a reading estimate
+(the core path's words, code included, at {course.READING_WPM} words a minute: an assumption, not a
+measurement). A {BREAK_MIN}-minute break comes after about {BREAK_AFTER_MIN} minutes of work. {deep}
+
+{schedule_table()}
+
+Learners' machines are often slower than the one that measured these times: allow for it, and keep the
+deep dives for those who finish early.
+
+## Before the day
+
+1. **One machine with network access, like the learners' (same system, processor and Python 3.11)**:
+   `make wheelhouse` collects every pinned package and the Horovod wheel into `wheelhouse/`. Copy that
+   folder to a USB stick or a shared drive.
+2. **Every laptop, the day before**: copy the course with `wheelhouse/` inside it, then run `make lab`.
+   With the folder present, the set-up installs from it with no package index, and Horovod from its wheel
+   (no compile). Check that `notebooks/00_start_here.ipynb` runs to the end.
+3. **SageMaker notebook instances**: attach the lifecycle configuration of
+   `tools/sagemaker_lifecycle/` (see the README) and start each instance once the day before: the first
+   start installs everything and compiles Horovod in the background; later starts take seconds.
+4. {course.memory_line()}
+
+## When a laptop cannot build Horovod
+
+Everything else still installs: `make lab` says that Horovod could not be built and goes on. In the
+lessons, each cell that needs Horovod calls `L.need_horovod()`, which prints `skipped:` and the reason,
+with what to do (run `make horovod`, read the README's troubleshooting table), and the cell skips its
+Horovod part instead of failing. These are the sections concerned:
+
+{horovod_table()}
+
+For those sections, pair the learner with a neighbour whose machine has Horovod, or give them a
+SageMaker notebook instance set up as above.
+"""
+
+
+def main() -> None:
+    """Write the page, or with --check fail when it is not current."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/instructor.md is not current")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not PAGE.exists() or PAGE.read_text() != text:
+            sys.exit(f"{PAGE.relative_to(REPO_ROOT)} is not current: run `python tools/instructor_page.py`.")
+        print(f"{PAGE.relative_to(REPO_ROOT)} is current.")
+        return
+    PAGE.parent.mkdir(parents=True, exist_ok=True)
+    PAGE.write_text(text)
+    print(f"wrote {PAGE.relative_to(REPO_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

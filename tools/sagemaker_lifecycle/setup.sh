@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The course's set-up on a SageMaker notebook instance, started in the background by on-start.sh at
+# every start, as the notebook user. Everything it makes lives in STATE (under ~/SageMaker), which
+# survives a stop and start:
+#   STATE/python   a Python 3.11 made with the instance's conda (once), when there is a conda
+#   STATE/venv     the course environment (tools/setup_env.sh: reinstalls only when the pins change)
+#   STATE/cache    the Horovod wheel cache (compiled once, on the first start)
+# and then registers the kernel "Python 3 (distributed-training-course)" in ~/.local, which a stop erases.
+#
+#   bash tools/sagemaker_lifecycle/setup.sh [STATE]      (default: ~/SageMaker/.course-env)
+# Without conda (a laptop, or a test), COURSE_PYTHON names the Python 3.11 to use (default: python3.11).
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+STATE="${1:-$HOME/SageMaker/.course-env}"
+KERNEL_NAME="${COURSE_KERNEL_NAME:-distributed-training-course}"
+mkdir -p "$STATE"
+start=$(date +%s)
+say() { printf '[course %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+status() { printf '%s %s\n' "$1" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$STATE/status"; }
+fail() {
+  say "ERROR: $*"
+  status "failed"
+  exit 1
+}
+status running
+say "setting up the course in $repo (state in $STATE)"
+
+# 1. Python 3.11, kept under ~/SageMaker.
+find_conda() {
+  local c
+  for c in "${CONDA_EXE:-}" "$HOME/anaconda3/bin/conda" "$HOME/miniconda3/bin/conda" /opt/conda/bin/conda; do
+    [ -n "$c" ] && [ -x "$c" ] && { printf '%s\n' "$c"; return 0; }
+  done
+  command -v conda 2>/dev/null || true
+}
+if [ -x "$STATE/python/bin/python3.11" ]; then
+  PYTHON="$STATE/python/bin/python3.11"
+else
+  conda="$(find_conda)"
+  if [ -n "$conda" ]; then
+    say "creating Python 3.11 with $conda in $STATE/python (once)"
+    "$conda" create --yes --quiet --prefix "$STATE/python" python=3.11 \
+      || fail "conda could not create Python 3.11 in $STATE/python"
+    PYTHON="$STATE/python/bin/python3.11"
+  else
+    PYTHON="${COURSE_PYTHON:-python3.11}"
+    command -v "$PYTHON" >/dev/null 2>&1 || fail "no conda and no $PYTHON here: set COURSE_PYTHON to a Python 3.11"
+    say "no conda found: using $PYTHON"
+  fi
+fi
+
+# 2. The course environment and Horovod, both under ~/SageMaker.
+# A wheelhouse copied into ~/SageMaker (make wheelhouse) makes the first start work offline.
+if [ -z "${WHEELHOUSE:-}" ] && [ -f "$STATE/../wheelhouse/COMPLETE" ]; then
+  WHEELHOUSE="$(cd "$STATE/../wheelhouse" && pwd)"
+  export WHEELHOUSE
+fi
+COURSE_VENV="$STATE/venv" COURSE_CACHE_DIR="$STATE/cache" PYTHON="$PYTHON" \
+  bash "$repo/tools/setup_env.sh" || fail "the course environment could not be set up (see above)"
+
+# 3. The kernel, registered for the notebook user (a stop erases ~/.local, so every start does this).
+"$STATE/venv/bin/python" -m ipykernel install --user --name "$KERNEL_NAME" \
+  --display-name "Python 3 ($KERNEL_NAME)" >/dev/null || fail "the kernel could not be registered"
+say "kernel \"Python 3 ($KERNEL_NAME)\" registered"
+status ready
+say "ready in $(( $(date +%s) - start )) s: open notebooks/00_start_here.ipynb with that kernel"
