@@ -47,12 +47,16 @@ def test_front_page_keeps_lesson_links_and_unlinks_repository_files():
     )
 
 
-def test_toc_lists_the_lessons_in_order():
-    parsed = yaml.safe_load(site.toc(["00_start_here.ipynb", "01_why_distributed.ipynb"]))
+def test_toc_lists_the_lessons_in_order_then_other_pages():
+    parsed = yaml.safe_load(site.toc(["00_start_here.ipynb", "01_why_distributed.ipynb"], ("instructor.md",)))
     assert parsed == {
         "format": "jb-book",
         "root": "index",
-        "chapters": [{"file": "notebooks/00_start_here"}, {"file": "notebooks/01_why_distributed"}],
+        "chapters": [
+            {"file": "notebooks/00_start_here"},
+            {"file": "notebooks/01_why_distributed"},
+            {"file": "docs/instructor"},
+        ],
     }
 
 

@@ -53,10 +53,11 @@ def front_page(readme: str, pages: set[str]) -> str:
     return _LINK.sub(fix, readme)
 
 
-def toc(notebooks: list[str]) -> str:
-    """A Jupyter Book table of contents (_toc.yml): the front page, then each lesson in order."""
+def toc(notebooks: list[str], docs: tuple[str, ...] = ()) -> str:
+    """A Jupyter Book table of contents (_toc.yml): the front page, each lesson in order, then other pages."""
     lines = ["format: jb-book", "root: index", "chapters:"]
     lines += [f"  - file: notebooks/{PurePosixPath(name).stem}" for name in notebooks]
+    lines += [f"  - file: docs/{PurePosixPath(name).stem}" for name in docs]
     return "\n".join(lines) + "\n"
 
 
