@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
 
 import pytest
+
+from utils import course
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -120,3 +123,52 @@ def test_every_lesson_reference_points_to_an_existing_notebook():
         f"these refer to a lesson with no notebook in notebooks/: {missing}. Point them to an existing "
         "lesson, or say 'a later lesson' until it exists"
     )
+
+
+def _names(source: str, stored: bool) -> set[str]:
+    """Names a code cell binds (stored=True) or reads; IPython magics and shell lines are left out."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(code)):
+        if stored and isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif stored and isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store if stored else ast.Load):
+            found.add(node.id)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_core_cell_depends_on_a_deep_dive(path):
+    """A learner who skips the sections marked '(deep dive)' can run every other cell: nothing that only a
+    deep dive defines is read on the core path."""
+    cells = json.loads(path.read_text())["cells"]
+    code = {i: "".join(c["source"]) for i, c in enumerate(cells) if c["cell_type"] == "code"}
+    core = [i for i in course.core_cells(path) if i in code]
+    deep = sorted(set(code) - set(core))
+    core_bound = set().union(set(), *(_names(code[i], True) for i in core))
+    problems = []
+    for i in deep:
+        only_deep = _names(code[i], True) - core_bound
+        for j in core:
+            if j > i and only_deep & _names(code[j], False):
+                problems.append(f"cell {j} reads {sorted(only_deep & _names(code[j], False))} from deep-dive cell {i}")
+    assert not problems, f"{path.name}: {problems}: move the definition out of the deep dive, or unmark it"
+
+
+def test_the_deep_dive_check_finds_a_dependency(tmp_path):
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": "## Core", "metadata": {}},
+            {"cell_type": "code", "source": "a = 1", "metadata": {}, "outputs": []},
+            {"cell_type": "markdown", "source": "## Extra (deep dive)", "metadata": {}},
+            {"cell_type": "code", "source": "b = a + 1", "metadata": {}, "outputs": []},
+            {"cell_type": "markdown", "source": "## Back", "metadata": {}},
+            {"cell_type": "code", "source": "print(b)", "metadata": {}, "outputs": []},
+        ]
+    }
+    path = tmp_path / "99_x.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(AssertionError, match=r"cell 5 reads \['b'\] from deep-dive cell 3"):
+        test_no_core_cell_depends_on_a_deep_dive(path)
