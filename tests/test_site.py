@@ -78,3 +78,16 @@ def test_is_local():
     assert site.is_local("data:image/png;base64,AAAA")
     assert not site.is_local("https://unpkg.com/thebe@0.8.2/lib/index.js")
     assert not site.is_local("https://127.0.0.1.example.com/x")
+
+
+def test_drop_widgets_keeps_the_text_of_a_progress_bar():
+    bar = new_output(
+        "display_data",
+        data={"application/vnd.jupyter.widget-view+json": {"model_id": "abc"}, "text/plain": "epochs: 100% 3/3"},
+    )
+    nb = new_notebook(cells=[new_code_cell("for e in tqdm(range(3)): pass", outputs=[bar])])
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    assert site.drop_widgets(nb) == 1
+    assert nb.cells[0].outputs[0].data == {"text/plain": "epochs: 100% 3/3"}
+    assert "widgets" not in nb.metadata
+    assert site.drop_widgets(nb) == 0

@@ -90,7 +90,11 @@ def main() -> None:
     for name in names:
         if not (NOTEBOOKS / name).exists():
             sys.exit(f"notebooks/{name} does not exist; give file names from notebooks/.")
-        execute(name, args.mode, src / "notebooks" / name)
+        dest = src / "notebooks" / name
+        execute(name, args.mode, dest)
+        nb = nbformat.read(dest, as_version=4)
+        if site.drop_widgets(nb):  # progress bars keep their text; the page loads no widget library from a CDN
+            nbformat.write(nb, dest)
     docs = tuple(sorted(p.name for p in (REPO_ROOT / "docs").glob("*.md")))
     (src / "docs").mkdir(parents=True, exist_ok=True)
     for name in docs:  # pages beside the lessons (the instructor's guide); their links to lessons resolve as in git

@@ -116,6 +116,7 @@ def main() -> None:
     links: set[str] = set()
     pages = [("index", base + "index.html", None)]
     pages += [(Path(n).stem, f"{base}notebooks/{Path(n).stem}.html", src / "notebooks" / n) for n in names]
+    pages += [(f"docs-{p.stem}", f"{base}docs/{p.stem}.html", None) for p in sorted((src / "docs").glob("*.md"))]
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)

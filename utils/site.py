@@ -37,6 +37,23 @@ def error_outputs(nb: Any) -> list[str]:
     return found
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def drop_widgets(nb: Any) -> int:
+    """Remove interactive widget views (progress bars) and the saved widget state from an executed notebook,
+    keeping each output's text form: a static page would otherwise load the widget libraries from a CDN.
+    Returns the number of views removed."""
+    removed = 0
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if WIDGET_MIME in out.get("data", {}):
+                del out["data"][WIDGET_MIME]
+                removed += 1
+    nb.get("metadata", {}).pop("widgets", None)
+    return removed
+
+
 def front_page(readme: str, pages: set[str]) -> str:
     """The README as the site's front page: links to lessons stay links, links to other repository
     files (which are not pages of the site) become their text in code style."""
