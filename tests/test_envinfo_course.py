@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import needs_horovod
@@ -15,7 +16,23 @@ def test_cpu_info_is_plausible():
     assert cpu.logical_cores >= 1
     assert 1 <= cpu.usable_cores <= cpu.logical_cores
     assert cpu.model
-    assert cpu.bf16_hardware == (cpu.has("avx512_bf16") or cpu.has("amx_bf16"))
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    if flags:  # Linux: the kernel's own flag list, read independently of cpu_info()
+        assert cpu.bf16_hardware == bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx2", "avx512f"}, False),  # AVX-512 without its BF16 extension
+        ({"avx512f", "avx512_bf16"}, True),  # e.g. AMD Zen 4, Intel Cooper Lake
+        ({"amx_tile", "amx_bf16"}, True),  # Intel Sapphire Rapids and later
+        ({"amx_tile", "amx_int8"}, False),  # AMX without BF16
+        (set(), False),
+    ],
+)
+def test_bf16_hardware_from_known_flag_sets(flags, expected):
+    assert envinfo.CpuInfo("cpu", 2, 2, flags).bf16_hardware is expected
 
 
 def test_pins_are_read_from_requirements_including_the_horovod_build_line(tmp_path):
