@@ -60,6 +60,8 @@ def test_sagemaker_variables_are_read(tmp_path):
     assert paths.data_file == tmp_path / "train" / "series.csv"
     assert str(paths.model_dir) == "/opt/ml/model" and str(paths.output_dir) == "/opt/ml/output/data"
     assert str(paths.checkpoint_dir) == job.SAGEMAKER_CHECKPOINTS
+    elsewhere = job.job_paths("", env={**env, "SM_MODEL_DIR": str(tmp_path / "ml" / "model")})
+    assert elsewhere.checkpoint_dir == tmp_path / "ml" / "checkpoints", "the checkpoints sit next to the model folder"
 
 
 def test_empty_train_channel_says_what_to_upload(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -486,3 +487,100 @@ def check_warmup_rate(base_lr: float, ranks: int, warmup_steps: int, step: int, 
         WarmupScaledLR(base_lr, ranks=ranks, warmup_steps=warmup_steps).lr_at(step),
         hint="linear from the base rate to base x ranks over the warm-up, then base x ranks",
     )
+
+
+def check_horovod_job(request: dict | None, aws: Any, instances: int, gpus_per_instance: int) -> bool:
+    """Exercise (lesson 07): a Horovod job request that runs one rank per GPU on every instance.
+
+    Reads the captured CreateTrainingJob request (instances, image, MPI launcher) and builds the launch
+    command from the files the SDK uploaded, as the job's first instance will; counts the ranks on it.
+    """
+    from utils import rehearsal
+    from utils import sagemaker_job as sj
+
+    name = "Horovod job"
+    if request is None:
+        print(f"[{name}] not answered yet: build my_job (a sj.JobConfig) and run the cell again.")
+        return False
+    sj.validate(request)
+    resources = request["ResourceConfig"]
+    problems = []
+    if resources["InstanceCount"] != instances:
+        problems.append(f"the request asks for {resources['InstanceCount']} instance(s), not {instances}")
+    try:
+        gpus = int(sj.prices().loc[resources["InstanceType"], "gpus"])
+    except KeyError:
+        gpus = 0
+    if gpus != gpus_per_instance:
+        problems.append(
+            f"{resources['InstanceType']} has {gpus} GPU(s), the job wants {gpus_per_instance} per instance"
+        )
+    try:
+        distributed = json.loads(aws.read_uploaded(request, "sm_drivers", "distributed.json"))
+    except aws.s3.exceptions.NoSuchKey:  # no MPI launcher: the SDK uploaded no distributed.json
+        distributed = {}
+    if not distributed:
+        problems.append("the job has no MPI launcher: Horovod needs kind='horovod' (sagemaker.train.distributed.MPI)")
+    else:
+        command = sj.launch_command(request, aws)
+        ranks, wanted = rehearsal.ranks_in(command), instances * gpus_per_instance
+        if distributed.get("process_count_per_node") != gpus_per_instance:
+            problems.append(f"process_count_per_node is {distributed.get('process_count_per_node')}: one per GPU")
+        if ranks != wanted:
+            problems.append(
+                f"the launch command starts {ranks} rank(s), not {wanted}: SDK v3 passes -np = processes per "
+                "node; keep fix_np=True so that a later -np gives the total"
+            )
+    if problems:
+        print(f"[{name}] not quite: " + "; ".join(problems))
+        return False
+    print(
+        f"[{name}] correct: {instances} instances × {gpus_per_instance} ranks, {instances * gpus_per_instance} in all"
+    )
+    return True
+
+
+def check_input_mode(answer: str | None, data_gb: float, volume_gb: float, script_reads_files: bool) -> bool:
+    """Exercise (lesson 07): the input mode that lets an unchanged script read a dataset of `data_gb`."""
+    if answer is None:
+        print('[input mode] not answered yet: replace None with "File", "FastFile" or "Pipe".')
+        return False
+    if answer not in ("File", "FastFile", "Pipe"):
+        print(f"[input mode] {answer!r} is not an input mode: File, FastFile or Pipe")
+        return False
+    if answer == "File" and data_gb > volume_gb:
+        why = f"File mode downloads all {data_gb:g} GB onto the {volume_gb:g} GB volume before the script starts"
+    elif answer == "Pipe" and script_reads_files:
+        why = "Pipe mode delivers a stream through a named pipe: a script that opens files would need rewriting"
+    elif answer == "FastFile" and not script_reads_files:
+        why = "a script written for a stream reads a pipe: Pipe mode"
+    else:
+        print(f"[input mode] correct: {answer}")
+        return True
+    print(f"[input mode] not quite: {why}.")
+    return False
+
+
+def check_spot_limits(request: dict | None, usual_hours: float, margin: float) -> bool:
+    """Exercise (lesson 07): a spot job stopped past `usual_hours` × (1 + margin), waiting as long as it trains."""
+    if request is None:
+        print("[spot limits] not answered yet: build my_spot (a sj.JobConfig with spot=True) and run the cell again.")
+        return False
+    stop = request.get("StoppingCondition", {})
+    runtime, wait = stop.get("MaxRuntimeInSeconds"), stop.get("MaxWaitTimeInSeconds")
+    want_runtime = usual_hours * (1 + margin) * 3600
+    problems = []
+    if not request.get("EnableManagedSpotTraining"):
+        problems.append("the job is not a managed spot job (spot=True)")
+    if runtime is None or abs(runtime - want_runtime) > 60:
+        problems.append(f"MaxRuntimeInSeconds is {runtime}; {usual_hours:g} h + {margin:.0%} is {want_runtime:.0f} s")
+    if wait is None or runtime is None or abs(wait - 2 * runtime) > 60:
+        problems.append(
+            f"MaxWaitTimeInSeconds is {wait}: it counts the wait for capacity plus the training, "
+            "so waiting as long as it may train makes it twice the runtime"
+        )
+    if problems:
+        print("[spot limits] not quite: " + "; ".join(problems))
+        return False
+    print(f"[spot limits] correct: runtime {runtime / 3600:g} h, wait {wait / 3600:g} h")
+    return True

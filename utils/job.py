@@ -88,7 +88,13 @@ def job_paths(checkpoint_dir: str = "", env: Mapping[str, str] | None = None) ->
                 "(data/seattle_hourly_temperature_2010.csv or one in its format) to that S3 prefix"
             )
         data_file = csvs[0]
-    ckpt = checkpoint_dir or (SAGEMAKER_CHECKPOINTS if on_sagemaker else "")
+    # In a job the model folder is /opt/ml/model and the checkpoints /opt/ml/checkpoints: the latter is found
+    # next to the former, so that a rehearsal of the job (utils.rehearsal), whose /opt/ml is a folder of
+    # its own, never writes this machine's /opt/ml.
+    default = (
+        str(Path(env["SM_MODEL_DIR"]).parent / "checkpoints") if env.get("SM_MODEL_DIR") else SAGEMAKER_CHECKPOINTS
+    )
+    ckpt = checkpoint_dir or (default if on_sagemaker else "")
     return JobPaths(
         on_sagemaker=on_sagemaker,
         data_file=data_file,

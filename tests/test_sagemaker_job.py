@@ -1,0 +1,348 @@
+"""Jobs built with the real SageMaker SDK v3 against moto: requests, validation, costs, the guard, the CLI."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from utils import sagemaker_job as sj
+from utils.paths import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def aws():
+    with sj.offline_aws() as emulated:
+        emulated.upload_dataset(parts=2)
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def single(aws):
+    return sj.request_for(sj.JobConfig(kind="single"), aws)
+
+
+def channel(request, name):
+    return next(c for c in request["InputDataConfig"] if c["ChannelName"] == name)
+
+
+def test_price_file_has_sources_and_positive_prices():
+    table = pd.read_csv(sj.PRICE_FILE)
+    assert {"instance_type", "region", "usd_per_hour", "gpus", "source", "read_on"} <= set(table.columns)
+    assert table["instance_type"].is_unique
+    assert (table["usd_per_hour"] > 0).all()
+    assert table["source"].str.contains("http").all(), "every price names the page it was read from"
+    assert (table["gpus"] > 0).any() and (table["gpus"] == 0).any(), "the file covers GPU and CPU instances"
+
+
+def test_single_job_request_is_valid_and_uses_the_stock_image(single):
+    sj.validate(single)
+    assert single["ResourceConfig"]["InstanceCount"] == 1
+    assert single["AlgorithmSpecification"]["TrainingImage"] == sj.stock_image("ml.g5.2xlarge")
+    assert single["AlgorithmSpecification"]["TrainingImage"].endswith("tensorflow-training:2.21-gpu-py312")
+    assert single["StoppingCondition"] == {"MaxRuntimeInSeconds": 3600}, "the runtime bound is always set"
+    assert channel(single, "train")["InputMode"] == "File"
+    assert {c["ChannelName"] for c in single["InputDataConfig"]} == {"train", "code", "sm_drivers"}
+    assert "EnableManagedSpotTraining" not in single
+
+
+def test_mwms_job_changes_only_the_count_and_code(aws, single):
+    mwms = sj.request_for(sj.JobConfig(kind="mwms", instances=2), aws)
+    sj.validate(mwms)
+    changed = sj.changed_fields(single, mwms)
+    assert changed["ResourceConfig.InstanceCount"] == (1, 2)
+    assert set(changed) == {
+        "ResourceConfig.InstanceCount",
+        "InputDataConfig[code].DataSource.S3DataSource.S3Uri",
+        "InputDataConfig[sm_drivers].DataSource.S3DataSource.S3Uri",
+    }, "MWMS needs no launcher and no custom image: one process per instance on the stock image"
+    assert json.loads(aws.read_uploaded(mwms, "sm_drivers", "sourcecode.json"))["entry_script"] == "train_mwms.py"
+
+
+@pytest.mark.parametrize(("hosts", "per_host", "fix", "ranks"), [(2, 4, True, 8), (3, 4, True, 12), (2, 4, False, 4)])
+def test_horovod_job_runs_hosts_times_processes_only_when_corrected(aws, hosts, per_host, fix, ranks):
+    config = sj.JobConfig(
+        kind="horovod", instances=hosts, processes_per_host=per_host, instance_type="ml.g4dn.12xlarge", fix_np=fix
+    )
+    request = sj.request_for(config, aws)
+    sj.validate(request)
+    assert request["AlgorithmSpecification"]["TrainingImage"] == sj.horovod_image()
+    command = sj.launch_command(request, aws)
+    from utils import rehearsal
+
+    assert command[0] == "mpirun"
+    assert rehearsal.ranks_in(command) == ranks
+    assert f"algo-1:{per_host}" in " ".join(command)
+
+
+def test_spot_job_sets_limits_and_checkpoints(aws, single):
+    spot = sj.request_for(sj.JobConfig(kind="mwms", instances=2, spot=True, max_hours=2, max_wait_hours=6), aws)
+    sj.validate(spot)
+    assert spot["EnableManagedSpotTraining"] is True
+    assert spot["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 21600}
+    assert spot["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert spot["CheckpointConfig"]["S3Uri"].startswith(f"s3://{sj.BUCKET}/")
+    assert spot["HyperParameters"]["checkpoint-dir"] == "/opt/ml/checkpoints", "the script must write there"
+    default_wait = sj.request_for(sj.JobConfig(kind="single", spot=True, max_hours=1.5), aws)
+    assert default_wait["StoppingCondition"]["MaxWaitTimeInSeconds"] == 2 * 5400
+
+
+@pytest.mark.parametrize("mode", ["FastFile", "Pipe"])
+def test_input_mode_and_sharding_reach_the_channel(aws, mode):
+    request = sj.request_for(sj.JobConfig(kind="mwms", instances=2, input_mode=mode, sharded=True), aws)
+    sj.validate(request)
+    train = channel(request, "train")
+    assert train["InputMode"] == mode
+    assert train["DataSource"]["S3DataSource"]["S3DataDistributionType"] == "ShardedByS3Key"
+
+
+def test_security_options_reach_the_request(aws):
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    request = sj.request_for(
+        sj.JobConfig(
+            kind="mwms",
+            instances=2,
+            encrypt=True,
+            network_isolation=True,
+            subnets=("subnet-0abc",),
+            security_groups=("sg-0abc",),
+            kms_key=key,
+        ),
+        aws,
+    )
+    sj.validate(request)
+    assert request["EnableInterContainerTrafficEncryption"] is True
+    assert request["EnableNetworkIsolation"] is True
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-0abc"], "Subnets": ["subnet-0abc"]}
+    assert request["ResourceConfig"]["VolumeKmsKeyId"] == key and request["OutputDataConfig"]["KmsKeyId"] == key
+
+
+def test_validator_rejects_what_the_api_would(single):
+    bad = json.loads(json.dumps(single))
+    bad["ResourceConfig"]["InstanceCount"] = "two"
+    with pytest.raises(ValueError, match="ResourceConfig.InstanceCount"):
+        sj.validate(bad)
+    del bad["RoleArn"]
+    with pytest.raises(ValueError, match="RoleArn"):
+        sj.validate(bad)
+
+
+def test_diff_shows_changed_lines_with_normalized_names(aws, single):
+    spot = sj.request_for(sj.JobConfig(kind="single", spot=True), aws)
+    diff = sj.request_diff(single, spot)
+    assert '+ "EnableManagedSpotTraining": true,' in diff
+    assert single["TrainingJobName"] not in diff and spot["TrainingJobName"] not in diff
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"kind": "mwms", "instances": 0}, "at least 1 instance"),
+        ({"kind": "mwms", "instances": 2, "spot": True, "max_hours": 4, "max_wait_hours": 2}, "at least max_hours"),
+        ({"max_wait_hours": 3}, "only applies to managed spot"),
+        ({"instance_type": "ml.banana.huge"}, "instance_prices.csv"),
+        ({"kind": "horovod", "instances": 2, "processes_per_host": 8, "instance_type": "ml.g5.2xlarge"}, "GPU"),
+        ({"kind": "single", "instances": 2}, "kind 'mwms' or 'horovod'"),
+        ({"kind": "tpu"}, "unknown job kind"),
+        ({"input_mode": "Stream"}, "not one of File, FastFile, Pipe"),
+        ({"max_hours": 1000}, "28 days"),
+        ({"kind": "mwms", "instances": 2, "subnets": ("subnet-1",)}, "both subnets and security groups"),
+    ],
+)
+def test_bad_configurations_say_what_to_do(changes, message):
+    with pytest.raises(ValueError, match=message):
+        sj.JobConfig(**changes)
+
+
+def test_cost_guard_refuses_above_the_limit(aws):
+    request = sj.request_for(sj.JobConfig(kind="mwms", instances=4, instance_type="ml.g4dn.12xlarge", max_hours=3), aws)
+    rate = sj.price("ml.g4dn.12xlarge")
+    found = sj.estimate(request)
+    assert found.worst_case_usd == pytest.approx(4 * 3 * rate)
+    assert sj.check_cost(request, limit_usd=4 * 3 * rate + 0.01).worst_case_usd == found.worst_case_usd
+    with pytest.raises(sj.CostLimitError, match="above your limit"):
+        sj.check_cost(request, limit_usd=4 * 3 * rate - 0.01)
+    with pytest.raises(sj.CostLimitError, match="no MaxRuntimeInSeconds"):
+        sj.check_cost({**request, "StoppingCondition": {}}, limit_usd=1e9)
+    with pytest.raises(ValueError, match="positive"):
+        sj.check_cost(request, limit_usd=0)
+
+
+def test_spot_savings_is_aws_formula():
+    # AWS's own example: billable 100 s of a 500 s training time is an 80 % saving.
+    assert sj.spot_savings(100, 500) == pytest.approx(0.8)
+    with pytest.raises(ValueError):
+        sj.spot_savings(10, 0)
+
+
+def test_network_guard_blocks_outside_and_allows_loopback():
+    guard = sj.NetworkGuard()
+    try:
+        with socket.socket() as s, pytest.raises(PermissionError, match="192.0.2.1"):
+            s.connect(("192.0.2.1", 443))  # TEST-NET-1: refused before any packet is sent
+        with pytest.raises(PermissionError, match="name lookup"):
+            socket.getaddrinfo("sagemaker.us-east-1.amazonaws.com", 443)
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+            with socket.create_connection(server.getsockname(), timeout=5):
+                pass
+        assert guard.attempts == ["connect 192.0.2.1:443", "name lookup sagemaker.us-east-1.amazonaws.com"]
+    finally:
+        guard.close()
+
+
+def test_offline_jobs_attempt_no_outside_connection(aws):
+    guard = sj.NetworkGuard()
+    try:
+        sj.request_for(
+            sj.JobConfig(kind="horovod", instances=2, instance_type="ml.g4dn.12xlarge", processes_per_host=2), aws
+        )
+    finally:
+        guard.close()
+    assert guard.attempts == []
+
+
+def test_metric_regexes_read_the_scripts_real_log_lines(tmp_path):
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "train_single.py"), "--epochs", "2", "--data-size", "1500"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    found = sj.metrics_from_log(run.stdout)
+    assert found["train:loss"] == pytest.approx(result["loss"], abs=5e-5)
+    assert found["validation:loss"] == pytest.approx(result["val_loss"], abs=5e-5)
+    assert len(found["train:samples_per_s"]) == 2
+
+
+def test_online_needs_opt_in_and_credentials(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(PermissionError, match="COURSE_SAGEMAKER_ONLINE=1"):
+        sj.check_online_allowed({})
+    with pytest.raises(PermissionError, match="no AWS credentials"):
+        sj.check_online_allowed({sj.ONLINE_FLAG: "1"})
+
+
+def run_cli(*args):
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+    )
+
+
+def test_cli_prints_request_command_and_cost():
+    run = run_cli(
+        "horovod",
+        "--instances",
+        "3",
+        "--processes-per-host",
+        "4",
+        "--instance-type",
+        "ml.g4dn.12xlarge",
+        "--spot",
+        "--max-hours",
+        "2",
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    assert out["ranks"] == out["ranks_wanted"] == 12
+    assert out["launch_command"].startswith("mpirun --host algo-1:4,algo-2:4,algo-3:4")
+    assert out["request"]["ResourceConfig"] == {
+        "InstanceType": "ml.g4dn.12xlarge",
+        "InstanceCount": 3,
+        "VolumeSizeInGB": 30,
+    }
+    assert out["worst_case_usd"] == pytest.approx(round(3 * 2 * sj.price("ml.g4dn.12xlarge"), 2))
+
+
+def test_cli_bad_input_messages(capsys, monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sagemaker_job_cli", REPO_ROOT / "scripts" / "sagemaker_job.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    monkeypatch.delenv(sj.ONLINE_FLAG, raising=False)
+    cases = [
+        (["mwms", "--instances", "0"], "at least 1 instance"),
+        (["single", "--instance-type", "ml.x9.mega"], "instance_prices.csv"),
+        (["mwms", "--instances", "2", "--spot", "--max-hours", "5", "--max-wait-hours", "1"], "at least max_hours"),
+        (["single", "--online", "--limit-usd", "5"], "COURSE_SAGEMAKER_ONLINE"),
+        (["single", "--online"], "--limit-usd"),
+    ]
+    for args, message in cases:
+        assert cli.main(args) == 2, args
+        assert message in capsys.readouterr().err, args
+
+
+def test_horovod_image_is_where_the_build_script_pushes_it():
+    run = subprocess.run(
+        [
+            "bash",
+            str(REPO_ROOT / "docker" / "horovod" / "build_and_push.sh"),
+            "--dry-run",
+            "--account",
+            sj.OFFLINE_ACCOUNT,
+            "--region",
+            "eu-west-1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"training_image={sj.horovod_image('eu-west-1')}" in run.stdout.splitlines()
+
+
+def test_horovod_job_check_runs_the_answer(aws, capsys):
+    from utils import checks
+
+    right = sj.JobConfig(kind="horovod", instances=3, processes_per_host=4, instance_type="ml.g4dn.12xlarge")
+    assert checks.check_horovod_job(sj.request_for(right, aws), aws, instances=3, gpus_per_instance=4)
+    bug = sj.replace_config(right, fix_np=False)
+    assert not checks.check_horovod_job(sj.request_for(bug, aws), aws, instances=3, gpus_per_instance=4)
+    assert "starts 4 rank(s), not 12" in capsys.readouterr().out
+    mwms = sj.JobConfig(kind="mwms", instances=3, instance_type="ml.g4dn.12xlarge")
+    assert not checks.check_horovod_job(sj.request_for(mwms, aws), aws, instances=3, gpus_per_instance=4)
+    assert "no MPI launcher" in capsys.readouterr().out
+    two = sj.replace_config(right, instances=2)
+    assert not checks.check_horovod_job(sj.request_for(two, aws), aws, instances=3, gpus_per_instance=4)
+    assert not checks.check_horovod_job(None, aws, instances=3, gpus_per_instance=4)
+
+
+def test_input_mode_check():
+    from utils import checks
+
+    assert checks.check_input_mode("FastFile", data_gb=2000, volume_gb=500, script_reads_files=True)
+    assert not checks.check_input_mode("File", data_gb=2000, volume_gb=500, script_reads_files=True)
+    assert not checks.check_input_mode("Pipe", data_gb=2000, volume_gb=500, script_reads_files=True)
+    assert checks.check_input_mode("File", data_gb=20, volume_gb=500, script_reads_files=True)
+    assert checks.check_input_mode("Pipe", data_gb=2000, volume_gb=500, script_reads_files=False)
+    assert not checks.check_input_mode("Stream", data_gb=1, volume_gb=5, script_reads_files=True)
+
+
+def test_spot_limits_check(aws):
+    from utils import checks
+
+    good = sj.JobConfig(kind="mwms", instances=2, spot=True, max_hours=7.5, max_wait_hours=15)
+    assert checks.check_spot_limits(sj.request_for(good, aws), usual_hours=5, margin=0.5)
+    short = sj.replace_config(good, max_hours=5, max_wait_hours=10)
+    assert not checks.check_spot_limits(sj.request_for(short, aws), usual_hours=5, margin=0.5)
+    equal_wait = sj.replace_config(good, max_wait_hours=7.5)
+    assert not checks.check_spot_limits(sj.request_for(equal_wait, aws), usual_hours=5, margin=0.5)
+    on_demand = sj.JobConfig(kind="mwms", instances=2, max_hours=7.5)
+    assert not checks.check_spot_limits(sj.request_for(on_demand, aws), usual_hours=5, margin=0.5)

@@ -1,0 +1,548 @@
+"""Rehearse a SageMaker training job on this machine: SageMaker's part is played without Docker or root.
+
+`rehearse(request, s3, root=...)` takes the exact CreateTrainingJob request (the PascalCase dict boto3
+sends, SAGEMAKER_NOTES §2) and an S3 client (moto's in the course) and does what SageMaker and SDK v3's
+`sm_train.sh` do: H instances algo-1..algo-H laid out like /opt/ml, every channel downloaded (ModelTrainer's
+`code` and `sm_drivers` too), the config JSONs and SM_* variables, the processes the v3 driver starts,
+then model.tar.gz and the checkpoints to S3. A mistake that would cost a job on AWS (a module missing from
+the code channel, a wrong channel prefix, v3's `-np` bug) shows up here in seconds.
+
+What differs from a real job, and why:
+- Paths: the instances cannot write /opt/ml (no container, no root), so every value that starts with
+  /opt/ml is mapped to the instance's folder root/<job>/algo-i/: hyperparameters, the request's
+  Environment, CheckpointConfig.LocalPath and the SDK drivers' own constants.
+- Host names: so that instances reach each other over loopback without /etc/hosts, instance i goes by
+  127.0.0.<i> in resourceconfig.json, SM_HOSTS and SM_CURRENT_HOST (Linux routes 127/8 to `lo`; the names
+  sort as algo-1, algo-10, algo-2 do), and the network interface is `lo`. Where 127.0.0.2 cannot be bound
+  (macOS) every instance is 127.0.0.1, and a script cannot find itself in SM_HOSTS. Folders stay algo-i.
+  MWMS_BASE_PORT is set to free ports.
+- SM_* come from the SDK's own scripts/environment.py, run in a child process with its /opt/ml constants
+  redirected, read back from the sm_training.env it writes (as sm_train.sh sources it). Commands come from
+  the SDK's own basic_script_driver/mpi_driver `main()`, with sshd, ssh and /etc/environment replaced by
+  no-ops. There is no mpirun: the ranks its line starts (the last `-np` wins, as in Open MPI) run the
+  entry script directly (no `-m mpi4py`) under Horovod's Gloo controller, laid out by slot.
+- Each process runs with this Python in its instance's code folder, PYTHONPATH = that folder only: as in
+  the container, the course repository is not importable, so a module missing from the code channel fails
+  here too. `requirements` are not installed; Pipe mode is refused; FastFile is rehearsed as File.
+- Checkpoints are synced at the end of an attempt and when it is interrupted, not continuously.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib.util import find_spec
+from pathlib import Path
+from typing import Any
+
+import portpicker
+
+from utils import launch
+
+OPT_ML = "/opt/ml"
+GROUP = "homogeneousCluster"
+#: The fields CreateTrainingJob requires (botocore's service model).
+REQUIRED = "TrainingJobName AlgorithmSpecification RoleArn OutputDataConfig ResourceConfig StoppingCondition".split()
+#: Open MPI's spellings of the rank count; when several are given, the last one wins.
+NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
+
+# Runs in a child process, so that the drivers' top-level packages (`common`, `scripts`) and their
+# loggers never enter this process. It redirects /opt/ml in the SDK's modules, runs environment.py's
+# main(), then a driver's main() with its side effects replaced, and prints what they produced.
+_BOOT = r"""
+import functools, importlib.util, json, os, shlex, sys
+task = json.loads(sys.argv[1]); drivers, base = task["drivers"], task.get("instance")
+sys.path.insert(0, drivers)
+import common.utils as cu
+def load(rel):
+    spec = importlib.util.spec_from_file_location("sm_" + rel.replace("/", "_")[:-3], os.path.join(drivers, rel))
+    module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); return module
+def redirect(module):
+    for name, value in list(vars(module).items()):
+        if name.isupper() and isinstance(value, str) and (value == "/opt/ml" or value.startswith("/opt/ml/")):
+            setattr(module, name, base + value[len("/opt/ml"):])
+out = {}
+if base:
+    redirect(cu)
+    env = load("scripts/environment.py"); redirect(env)
+    env.SM_MASTER_ADDR = task["master"]
+    env.read_source_code_json = functools.partial(cu.read_source_code_json, cu.SOURCE_CODE_JSON)
+    env.read_distributed_json = functools.partial(cu.read_distributed_json, cu.DISTRIBUTED_JSON)
+    env.log_env_variables = lambda env_vars_dict: None  # it prints every variable of the process
+    env.main()
+    with open(env.ENV_OUTPUT_FILE) as f:
+        out["env"] = dict(shlex.split(line)[1].split("=", 1) for line in f if line.strip())
+    os.environ.update(out["env"])
+os.environ.update(task.get("env", {}))
+if "hps" in task:
+    os.environ["SM_HPS"] = json.dumps({k: cu.safe_deserialize(v) for k, v in task["hps"].items()})
+if task.get("driver"):
+    driver, captured = load("distributed_drivers/" + task["driver"]), []
+    driver.execute_commands = lambda commands: (captured.append(list(commands)), (0, ""))[1]
+    for step in ("write_env_vars_to_file", "start_sshd_daemon", "bootstrap_master_node",
+                 "write_status_file_to_workers"):
+        if hasattr(driver, step):
+            setattr(driver, step, lambda *args, **kwargs: None)
+    driver.main()
+    out["command"] = captured[0]
+print("SDK-RESULT " + json.dumps(out))
+"""
+
+
+@dataclass
+class Rehearsal:
+    """What one attempt of a rehearsed job did, and what it left in S3."""
+
+    job_name: str
+    hosts: list[str]  # hosts[i]: the host name of instance algo-(i+1) (SM_HOSTS is them sorted)
+    instances: list[Path]  # root/<job>/algo-i, laid out like /opt/ml
+    commands: list[list[str]]  # one per process started, run in its instance's code folder
+    driver_command: list[str]  # what the v3 driver runs on algo-1: the script, or the mpirun line
+    ranks: int  # processes started
+    planned_ranks: int  # processes the job asked for (H, or H x process_count_per_node)
+    seconds: float  # wall time of this attempt
+    interrupted: bool
+    model_artifact: str | None  # s3://.../<job>/output/model.tar.gz (None when interrupted)
+    checkpoint_keys: list[str]  # S3 keys under CheckpointConfig.S3Uri after the sync
+    workers: list[launch.WorkerResult]
+    run: launch.RunResult | None  # None when the attempt was interrupted
+    log_dir: Path
+    checkpoint_epoch: int | None = None  # the chief's last complete checkpoint when interrupted
+    notes: list[str] = field(default_factory=list)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The `RESULT {json}` lines the course's scripts printed, in rank order."""
+        return launch.RunResult(workers=self.workers, seconds=self.seconds, log_dir=self.log_dir).records()
+
+    def output(self, rank: int = 0) -> str:
+        """Everything process `rank` printed (rank 0 runs on algo-1)."""
+        return self.workers[rank].output
+
+    def sm_env(self, instance: int) -> dict[str, str]:
+        """The SM_* variables instance `instance` (0 = algo-1) got, read from its sm_training.env."""
+        path = self.instances[instance] / "input" / "sm_training.env"
+        return dict(shlex.split(line)[1].split("=", 1) for line in path.read_text().splitlines() if line.strip())
+
+
+def drivers_dir() -> Path:
+    """The installed SDK v3's container_drivers folder (found without importing sagemaker.train)."""
+    spec = find_spec("sagemaker")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / "train" / "container_drivers"
+        if (folder / "scripts" / "environment.py").exists():
+            return folder
+    raise RuntimeError("SageMaker SDK v3 (sagemaker-train) is not installed here: run `make env`")
+
+
+def map_path(value: str, base: Path) -> str:
+    """`value` with a leading /opt/ml replaced by the instance folder `base` (other values unchanged)."""
+    if value == OPT_ML or value.startswith(OPT_ML + "/"):
+        return str(base) + value[len(OPT_ML) :]
+    return value
+
+
+def host_names(count: int) -> list[str]:
+    """Instance i's host name: 127.0.0.<i>, or 127.0.0.1 for every instance where 127.0.0.2 is not local."""
+    if count > 254:
+        raise ValueError(f"at most 254 instances can be rehearsed on loopback, got {count}")
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.2", 0))
+    except OSError:
+        return ["127.0.0.1"] * count
+    return [f"127.0.0.{i}" for i in range(1, count + 1)]
+
+
+def shard(keys: Sequence[str], index: int, count: int) -> list[str]:
+    """The keys instance `index` (0-based) of `count` gets from a ShardedByS3Key channel.
+
+    The rule here: sort the keys, instance i gets keys i, i+H, i+2H, ... AWS promises only that each
+    instance gets about 1/H of the objects, not which ones: a script must not depend on this order.
+    """
+    return sorted(keys)[index::count]
+
+
+def ranks_in(command: Sequence[str]) -> int:
+    """How many ranks an mpirun line starts: the last -np (as Open MPI reads it), else all --host slots."""
+    count = None
+    for i, token in enumerate(command[: _program_start(command)]):
+        if token in NP_FLAGS:
+            count = int(command[i + 1])
+    return count if count is not None else sum(slots for _, slots in _host_slots(command))
+
+
+def driver_command(
+    distributed: Mapping[str, Any],
+    sourcecode: Mapping[str, Any],
+    hosts: Sequence[str],
+    hyperparameters: Mapping[str, Any],
+    *,
+    instance_type: str = "ml.c5.xlarge",
+) -> list[str]:
+    """The command SDK v3's driver runs on the first host, built by the installed SDK's own driver code
+    on a machine with no GPU: mpi_driver.py's `mpirun` line when distributed.json is not empty, else
+    basic_script_driver.py's `python entry --key value ...`."""
+    env = {"SM_ENTRY_SCRIPT": str(sourcecode.get("entry_script") or ""), "SM_CURRENT_HOST": hosts[0]}
+    env |= {"SM_MASTER_ADDR": hosts[0], "SM_HOSTS": json.dumps(sorted(hosts)), "SM_HOST_COUNT": str(len(hosts))}
+    env |= {"SM_CURRENT_INSTANCE_TYPE": instance_type, "SM_NUM_GPUS": "0", "SM_NUM_NEURONS": "0"}
+    env["SM_DISTRIBUTED_CONFIG"] = json.dumps(
+        {"process_count_per_node": None, "mpi_additional_options": None} | dict(distributed)
+    )
+    hps = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}  # as ModelTrainer
+    return _sdk({"drivers": str(drivers_dir()), "env": env, "driver": _driver(distributed), "hps": hps}, {})["command"]
+
+
+def _driver(distributed: Mapping[str, Any]) -> str:
+    """The driver sm_train.sh runs: the basic one without distributed.json, mpi_driver.py for MPI()."""
+    if not distributed:
+        return "basic_script_driver.py"
+    if "mpi_additional_options" in distributed and "smp" not in distributed:
+        return "mpi_driver.py"
+    raise ValueError(f"distributed.json {dict(distributed)} is Torchrun or a custom driver: only MPI() is rehearsed")
+
+
+def _sdk(task: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Run the SDK's driver code in a child process (see _BOOT) and return what it printed."""
+    cmd = [sys.executable, "-c", _BOOT, json.dumps(task)]
+    done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    found = [line for line in done.stdout.splitlines() if line.startswith("SDK-RESULT ")]
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"the SDK's driver code failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return json.loads(found[-1][len("SDK-RESULT ") :])
+
+
+def _host_slots(command: Sequence[str]) -> list[tuple[str, int]]:
+    """(host, slots) of an mpirun line's --host list; a bare host has one slot, as in Open MPI."""
+    spec = command[command.index("--host") + 1] if "--host" in command else ""
+    return [(h.split(":")[0], int(h.split(":")[1]) if ":" in h else 1) for h in spec.split(",") if h]
+
+
+def _split(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        raise ValueError(f"{uri!r} is not an S3 URI (s3://bucket/prefix)")
+    bucket, _, key = uri[5:].partition("/")
+    return bucket, key
+
+
+def _keys(s3: Any, uri: str) -> list[str]:
+    """Every object key under an S3 prefix (folder markers left out)."""
+    bucket, prefix = _split(uri)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for page in pages for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+
+
+def _download(s3: Any, uri: str, keys: Sequence[str], dest: Path) -> None:
+    """Objects under `uri` into `dest`, at their key relative to the prefix (as SageMaker lays them out)."""
+    bucket, prefix = _split(uri)
+    for key in keys:
+        rel = key[len(prefix) :].lstrip("/") or key.rsplit("/", 1)[-1]
+        target = dest / rel
+        if not target.resolve().is_relative_to(dest.resolve()):
+            raise ValueError(f"s3://{bucket}/{key} would be written outside its channel's folder {dest}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+def _channels(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request's channels (name, S3 URI, their inputdataconfig.json entry), checked."""
+    default_mode, found = request["AlgorithmSpecification"].get("TrainingInputMode", "File"), []
+    for channel in request.get("InputDataConfig") or []:
+        name, source = channel["ChannelName"], channel.get("DataSource", {}).get("S3DataSource")
+        if not source or source.get("S3DataType", "S3Prefix") != "S3Prefix":
+            raise ValueError(f"channel {name!r}: only S3Prefix data sources are rehearsed")
+        if channel.get("InputMode", default_mode) == "Pipe":
+            raise ValueError(f"channel {name!r} uses Pipe mode: rehearse it as File or FastFile")
+        config = {"TrainingInputMode": channel.get("InputMode", default_mode)}
+        config["S3DistributionType"] = source.get("S3DataDistributionType", "FullyReplicated")
+        config["RecordWrapperType"] = channel.get("RecordWrapperType", "None")
+        config |= {"ContentType": channel["ContentType"]} if channel.get("ContentType") else {}
+        found.append({"name": name, "uri": source["S3Uri"], "config": config})
+    if not {"code", "sm_drivers"} <= {c["name"] for c in found}:
+        raise ValueError(
+            "the request has no 'code' and 'sm_drivers' channels: it was built without source_code "
+            "(ModelTrainer(source_code=SourceCode(source_dir=..., entry_script=...))), so there is no script "
+            "to rehearse; build it with source_code, as the course's jobs are"
+        )
+    return found
+
+
+def _check(request: Mapping[str, Any], interrupt: int | None, resume: bool) -> int:
+    """The request's instance count, once the request is known to be one that can be rehearsed."""
+    missing = [k for k in REQUIRED if k not in request] if isinstance(request, Mapping) else REQUIRED
+    if missing:
+        raise ValueError(
+            f"this is not a CreateTrainingJob request (missing {', '.join(missing)}): pass the PascalCase dict boto3 "
+            "sends, captured with the before-parameter-build.sagemaker.CreateTrainingJob event (SAGEMAKER_NOTES §2)"
+        )
+    count = request["ResourceConfig"].get("InstanceCount")
+    if not isinstance(count, int) or count < 1:
+        raise ValueError(f"ResourceConfig.InstanceCount must be a whole number of at least 1, got {count!r}")
+    if request["ResourceConfig"].get("InstanceGroups"):
+        raise ValueError("heterogeneous clusters (ResourceConfig.InstanceGroups) are not rehearsed")
+    if interrupt is not None and (not isinstance(interrupt, int) or interrupt < 1):
+        raise ValueError(f"interrupt_after_epoch must be a whole number of epochs of at least 1, got {interrupt!r}")
+    if (interrupt is not None or resume) and not request.get("CheckpointConfig"):
+        raise ValueError(
+            "interrupt_after_epoch and resume need checkpoints, and the request has no CheckpointConfig: "
+            "add one (ModelTrainer(checkpoint_config=CheckpointConfig(s3_uri=...)))"
+        )
+    local = request.get("CheckpointConfig", {}).get("LocalPath", OPT_ML + "/checkpoints")
+    if map_path(local, Path("/x")) == local:
+        raise ValueError(f"CheckpointConfig.LocalPath {local!r} is not under /opt/ml, so it cannot be rehearsed")
+    return count
+
+
+def _lay_out(s3: Any, folder: Path, hosts: list[str], i: int, request: Mapping[str, Any], channels: list[dict]) -> None:
+    """Instance i's /opt/ml: config JSONs as SageMaker writes them, its channels' data, empty output folders."""
+    config, kind = folder / "input" / "config", request["ResourceConfig"].get("InstanceType", "ml.c5.xlarge")
+    for sub in (config, folder / "model", folder / "output" / "data"):
+        sub.mkdir(parents=True, exist_ok=True)
+    hps = {k: map_path(str(v), folder) for k, v in (request.get("HyperParameters") or {}).items()}
+    group = {"instance_group_name": GROUP, "instance_type": kind, "hosts": hosts}
+    resource = {"current_host": hosts[i], "current_instance_type": kind, "current_group_name": GROUP}
+    resource |= {"hosts": hosts, "instance_groups": [group], "network_interface_name": "lo"}
+    (config / "hyperparameters.json").write_text(json.dumps(hps))
+    (config / "resourceconfig.json").write_text(json.dumps(resource))
+    (config / "inputdataconfig.json").write_text(json.dumps({c["name"]: c["config"] for c in channels}))
+    for c in channels:
+        sharded = c["config"]["S3DistributionType"] == "ShardedByS3Key"
+        keys = shard(c["keys"], i, len(hosts)) if sharded else c["keys"]
+        (folder / "input" / "data" / c["name"]).mkdir(parents=True, exist_ok=True)
+        _download(s3, c["uri"], keys, folder / "input" / "data" / c["name"])
+
+
+def _sync_checkpoints(s3: Any, uri: str, folders: Sequence[Path]) -> list[str]:
+    """Upload every instance's checkpoint files under `uri` (the chief's last, so that its copy wins)."""
+    bucket, prefix = _split(uri.rstrip("/") + "/")
+    for folder in reversed(folders):
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            s3.put_object(Bucket=bucket, Key=prefix + path.relative_to(folder).as_posix(), Body=path.read_bytes())
+    return _keys(s3, uri.rstrip("/") + "/")
+
+
+def _program_start(command: Sequence[str]) -> int:
+    """Index of the program in an mpirun line (`<python> -m mpi4py entry ...`), or its length."""
+    found = [i - 1 for i in range(1, len(command)) if command[i - 1 : i + 1] == ["-m", "mpi4py"]]
+    return found[0] - 1 if found else len(command)
+
+
+def _rank_layout(command: Sequence[str], hosts: list[str]) -> list[tuple[int, Any]]:
+    """(instance index, Horovod SlotInfo) of every rank the line starts, filled by slot as mpirun does."""
+    from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
+
+    listed = _host_slots(command)
+    if sorted(h for h, _ in listed) != sorted(hosts):
+        raise ValueError(f"the mpirun line's hosts {[h for h, _ in listed]} are not the job's {hosts}")
+    # --host lists SM_HOSTS (sorted); where every instance is 127.0.0.1 (see host_names) Horovod needs other names
+    unique = len(set(hosts)) == len(hosts)
+    names = [h for h, _ in listed] if unique else [f"algo-{i}" for i in range(1, len(hosts) + 1)]
+    wanted, total = ranks_in(command), sum(s for _, s in listed)
+    if wanted > total:
+        raise ValueError(
+            f"the mpirun line asks for {wanted} ranks (-np) but --host offers {total} slots; "
+            "Open MPI would refuse to start: make -np at most hosts x process_count_per_node"
+        )
+    plan = get_host_assignments([HostInfo(n, s) for n, (_, s) in zip(names, listed)], wanted, wanted)
+    return [(hosts.index(slot.hostname) if unique else names.index(slot.hostname), slot) for slot in plan]
+
+
+def _exported(command: Sequence[str], launcher: Mapping[str, str]) -> dict[str, str]:
+    """The variables an mpirun line's `-x NAME[=VALUE]` options give every rank (NAME: the launcher's value)."""
+    out = {}
+    for i, token in enumerate(command[: _program_start(command)]):
+        name, eq, value = command[i + 1].partition("=") if token == "-x" else ("", "", "")
+        if eq or name in launcher:
+            out[name] = value if eq else launcher[name]
+    return out
+
+
+def _gloo_ranks(command: Sequence[str], hosts: list[str], envs: list[dict]) -> tuple[list[tuple[int, list, dict]], Any]:
+    """The ranks of an mpirun line as `horovodrun --gloo` starts them: each with its instance's environment,
+    the line's -x variables and Horovod's rendezvous and slot variables; and the rendezvous server, started."""
+    from horovod.runner.gloo_run import create_run_env_vars, create_slot_env_vars
+    from horovod.runner.http.http_server import RendezvousServer
+
+    layout, at = _rank_layout(command, hosts), _program_start(command)
+    program = [command[at], *command[at + 3 :]]  # <python> <entry> <args>: `-m mpi4py` left out (no MPI here)
+    server = RendezvousServer()
+    port = server.start()
+    server.init([slot for _, slot in layout])
+    shared = _exported(command, envs[0]) | {
+        k: str(v) for k, v in create_run_env_vars("127.0.0.1", ["lo"], port).items()
+    }
+    return [(i, program, envs[i] | shared | create_slot_env_vars(slot)) for i, slot in layout], server
+
+
+def _reclaim(latest: Callable, folder: Path, epoch: int, run_id: str, stop: threading.Event, fired: list) -> None:
+    """Once the checkpoint of `epoch` in `folder` is complete, stop every process of the run at once."""
+    while not stop.wait(0.02):
+        try:
+            state = latest(folder)
+        except (ValueError, OSError):  # a checkpoint being replaced right now
+            continue
+        if state is not None and state.epoch >= epoch:
+            fired.append(state.epoch)
+            launch.kill_run(run_id, grace=0)  # no grace: the instance is gone (TensorFlow outlives SIGTERM)
+            return
+
+
+def _upload_model(s3: Any, request: Mapping[str, Any], model_dir: Path, dest: Path) -> str:
+    """tar.gz the chief's model folder (its contents at the archive's root) to <S3OutputPath>/<job>/output/."""
+    with tarfile.open(dest, "w:gz") as tar:
+        for path in sorted(model_dir.iterdir()):
+            tar.add(path, arcname=path.name)
+    bucket, prefix = _split(request["OutputDataConfig"]["S3OutputPath"].rstrip("/"))
+    key = "/".join(p for p in (prefix, request["TrainingJobName"], "output", "model.tar.gz") if p)
+    s3.put_object(Bucket=bucket, Key=key, Body=dest.read_bytes())
+    return f"s3://{bucket}/{key}"
+
+
+def rehearse(
+    request: dict,
+    s3: Any,
+    *,
+    root: Path,
+    timeout: float = 300,
+    threads: int = 1,
+    stream: bool | Callable[[str], bool] = True,
+    interrupt_after_epoch: int | None = None,
+    resume: bool = False,
+    launch_job: bool = True,
+) -> Rehearsal:
+    """Play SageMaker's part of the job `request` on this machine (see the module's docstring).
+
+    Every attempt gets fresh instance folders under root/<job name>/ (logs in root/<job>/logs/attempt-N).
+    With `interrupt_after_epoch=k`, every process is stopped at once (launch.kill_run, as a spot reclaim
+    would) as soon as the chief's checkpoint of epoch k is complete (utils.checkpoint.latest), the
+    checkpoints are synced to S3 and the result says `interrupted`; k must be below the job's epochs.
+    With `resume=True` (a restarted job), everything under CheckpointConfig.S3Uri is first downloaded into
+    every instance's checkpoint folder. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
+    `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
+    """
+    count = _check(request, interrupt_after_epoch, resume)
+    if interrupt_after_epoch is not None:
+        from utils.checkpoint import latest  # imports Keras: only rehearsals that interrupt need it
+    channels, job, ckpt = _channels(request), request["TrainingJobName"], request.get("CheckpointConfig")
+    for c in channels:
+        c["keys"] = _keys(s3, c["uri"])
+        if not c["keys"]:
+            raise ValueError(
+                f"channel {c['name']!r}: no object under {c['uri']}: upload its data there, or fix its S3Uri"
+            )
+    ckpt_uri = ckpt["S3Uri"].rstrip("/") + "/" if ckpt else ""
+    hosts, job_dir = host_names(count), Path(root) / job
+    folders = [job_dir / f"algo-{i}" for i in range(1, count + 1)]
+    codes = [f / "input" / "data" / "code" for f in folders]
+    ckpt_dirs = [Path(map_path((ckpt or {}).get("LocalPath", OPT_ML + "/checkpoints"), f)) for f in folders]
+    for i, folder in enumerate(folders):
+        shutil.rmtree(folder, ignore_errors=True)  # a new instance keeps nothing of an earlier attempt
+        _lay_out(s3, folder, hosts, i, request, channels)
+        ckpt_dirs[i].mkdir(parents=True, exist_ok=True)
+        if resume:
+            _download(s3, ckpt_uri, _keys(s3, ckpt_uri), ckpt_dirs[i])
+
+    if not launch_job:
+        return Rehearsal(job, hosts, folders, [], [], 0, count, 0.0, False, None, [], [], None, job_dir)
+
+    sm_drivers = folders[0] / "input" / "data" / "sm_drivers"
+    sourcecode, distributed = (
+        {} if not f.is_file() else json.loads(f.read_text() or "{}") or {}
+        for f in (sm_drivers / "sourcecode.json", sm_drivers / "distributed.json")
+    )
+    entry = sourcecode.get("entry_script")
+    if sourcecode.get("command"):
+        raise ValueError("SourceCode.command is not rehearsed: give SourceCode.entry_script (a .py or .sh file)")
+    if not (entry and (codes[0] / entry).is_file()):
+        held = sorted(p.relative_to(codes[0]).as_posix() for p in codes[0].rglob("*") if p.is_file())[:20]
+        raise ValueError(
+            f"the entry script {entry!r} (sm_drivers/sourcecode.json) is not in the code channel, which holds "
+            f"{held}: put it in SourceCode.source_dir or fix SourceCode.entry_script"
+        )
+    driver = _driver(distributed)
+    notes = ["requirements are not installed by a rehearsal"] if sourcecode.get("requirements") else []
+
+    # Every instance's SM_* and its driver's command (mpi_driver's runs on algo-1 only), by the SDK's own code.
+    drivers = sm_drivers if (sm_drivers / "scripts" / "environment.py").is_file() else drivers_dir()
+    port = next(p for p in launch.free_ports(20) if all(portpicker.is_port_free(p + i) for i in range(1, count)))
+    extra = {"TRAINING_JOB_NAME": job, "MWMS_BASE_PORT": str(port)}  # host i of an MWMS job listens on port + i
+    sm_envs, commands = [], []
+    for i, folder in enumerate(folders):
+        task = {"drivers": str(drivers), "instance": str(folder), "master": hosts[0]}
+        out = _sdk(task | ({"driver": driver} if i == 0 or driver != "mpi_driver.py" else {}), extra)
+        sm_envs.append(out["env"])
+        commands.append(out.get("command", []))
+    run_id = uuid.uuid4().hex
+    base, envs = launch._base_env(threads, run_id, None), []
+    for i, folder in enumerate(folders):  # the container's variables, the request's Environment, then sm_training.env
+        own = {k: map_path(str(v), folder) for k, v in (request.get("Environment") or {}).items()}
+        envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": str(codes[i])})
+    procs, planned, server = [(i, commands[i], envs[i]) for i in range(count)], count, None
+    if driver == "mpi_driver.py":
+        gpus = int(sm_envs[0].get("SM_NUM_GPUS") or 0) or int(sm_envs[0].get("SM_NUM_NEURONS") or 0)
+        planned = count * (int(distributed.get("process_count_per_node") or 0) or gpus or 1)  # get_process_count
+        procs, server = _gloo_ranks(commands[0], hosts, envs)
+    if len(procs) < planned:
+        notes.append(
+            f"the driver's line starts {len(procs)} of the {planned} ranks the job asks for (v3's mpi_driver "
+            "passes -np process_count_per_node; add -np H*P to mpi_additional_options)"
+        )
+    for note in notes:
+        print(f"[rehearsal] {note}", flush=True)
+
+    # run_workers has no working folder: sh enters the instance's code folder, then becomes the process.
+    wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(codes[i]), *cmd] for i, cmd, _ in procs]
+    log_dir = job_dir / "logs" / f"attempt-{1 + len(list((job_dir / 'logs').glob('attempt-*')))}"
+    stop, fired, watcher = threading.Event(), [], None
+    if interrupt_after_epoch is not None:
+        args = (latest, ckpt_dirs[0], interrupt_after_epoch, run_id, stop, fired)
+        watcher = threading.Thread(target=_reclaim, args=args, name="spot-reclaim", daemon=True)
+        watcher.start()
+    limit = min(timeout, request["StoppingCondition"].get("MaxRuntimeInSeconds", timeout))
+    start, run, failure = time.monotonic(), None, None
+    try:
+        run = launch.run_workers(
+            wrapped, [e for _, _, e in procs], timeout=limit, run_id=run_id, log_dir=log_dir, stream=stream
+        )
+    except launch.WorkerError as exc:
+        failure = exc
+    finally:
+        stop.set()
+        if watcher:
+            watcher.join()
+        if server:
+            server.stop()
+    seconds, interrupted = time.monotonic() - start, bool(fired)
+    keys = _sync_checkpoints(s3, ckpt_uri, ckpt_dirs) if ckpt else []
+    if failure and not interrupted:
+        raise failure
+    logs = [launch.WorkerResult(r, None, log_dir / f"worker-{r}.log") for r in range(len(procs))]
+    model = None if interrupted else _upload_model(s3, request, folders[0] / "model", job_dir / "model.tar.gz")
+    return Rehearsal(
+        job_name=job,
+        hosts=hosts,
+        instances=folders,
+        commands=[list(c) for _, c, _ in procs],
+        driver_command=commands[0],
+        ranks=len(procs),
+        planned_ranks=planned,
+        seconds=seconds,
+        interrupted=interrupted,
+        model_artifact=model,
+        checkpoint_keys=keys,
+        workers=run.workers if run else logs,
+        run=None if interrupted else run,
+        log_dir=log_dir,
+        checkpoint_epoch=fired[0] if fired else None,
+        notes=notes,
+    )

@@ -1,0 +1,708 @@
+"""The course's training scripts as Amazon SageMaker training jobs, built with SDK v3 and checked offline.
+
+Offline (the default) the real SDK runs against moto's emulated AWS in this process: `ModelTrainer`
+uploads the code to an emulated S3 bucket and sends a real CreateTrainingJob request, which is captured
+with a botocore event hook, validated against botocore's published SageMaker service model, and
+priced from `data/instance_prices.csv`. Nothing leaves the machine (`NetworkGuard` makes sure of it).
+Online, only with AWS credentials *and* `COURSE_SAGEMAKER_ONLINE=1`, the same request is sent to AWS
+after the cost guard has accepted it.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from utils.paths import REPO_ROOT
+
+PRICE_FILE = REPO_ROOT / "data" / "instance_prices.csv"
+REGION = "us-east-1"
+#: An account and role of the emulated AWS: nothing offline needs a real one.
+OFFLINE_ACCOUNT = "123456789012"
+OFFLINE_ROLE = f"arn:aws:iam::{OFFLINE_ACCOUNT}:role/SageMakerCourseRole"
+BUCKET = "course-sagemaker-bucket"
+TF_VERSION, PY_VERSION = "2.21", "py312"
+#: The opt-in for the online path (with AWS credentials): a job is never started without it.
+ONLINE_FLAG = "COURSE_SAGEMAKER_ONLINE"
+#: The course's Horovod image (docker/horovod), as it is named once pushed to the learner's ECR.
+HOROVOD_REPOSITORY, HOROVOD_TAG = "tensorflow-horovod", "2.21-gpu-py312-horovod0.28.1"
+KINDS = {"single": "train_single.py", "mwms": "train_mwms.py", "horovod": "train_horovod.py"}
+INPUT_MODES = ("File", "FastFile", "Pipe")
+#: The log line every course script prints per epoch, e.g. "epoch 2/5: loss 0.0123 val_loss 0.0145 (812 samples/s)".
+METRIC_DEFINITIONS = [
+    {"Name": "train:loss", "Regex": r"epoch \d+/\d+: loss ([0-9.eE+-]+)"},
+    {"Name": "validation:loss", "Regex": r"val_loss ([0-9.eE+-]+)"},
+    {"Name": "train:samples_per_s", "Regex": r"\(([0-9.]+) samples/s\)"},
+]
+
+
+# ----------------------------------------------------------------------------------------------------
+# What a job is made of
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything that decides one job's request. Validated on creation, with errors that say what to do."""
+
+    kind: str = "single"
+    instances: int = 1
+    processes_per_host: int = 1
+    instance_type: str = "ml.g5.2xlarge"
+    spot: bool = False
+    max_hours: float = 1.0
+    max_wait_hours: float | None = None
+    input_mode: str = "File"
+    sharded: bool = False
+    encrypt: bool = False
+    network_isolation: bool = False
+    subnets: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    kms_key: str | None = None
+    checkpoints: bool = False
+    fix_np: bool = True
+    hyperparameters: Mapping[str, Any] = field(default_factory=lambda: {"epochs": 5, "batch-size": 64})
+    region: str = REGION
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown job kind {self.kind!r}: choose one of {', '.join(KINDS)}")
+        if not isinstance(self.instances, int) or self.instances < 1:
+            raise ValueError(f"a job needs at least 1 instance, got {self.instances!r}")
+        if not isinstance(self.processes_per_host, int) or self.processes_per_host < 1:
+            raise ValueError(f"processes per host must be at least 1, got {self.processes_per_host!r}")
+        if self.kind == "single" and (self.instances, self.processes_per_host) != (1, 1):
+            raise ValueError("the single-worker script runs on 1 instance with 1 process: use kind 'mwms' or 'horovod'")
+        if self.kind == "mwms" and self.processes_per_host != 1:
+            raise ValueError(
+                "the MWMS script runs one worker per instance (it uses every device of its instance): "
+                "leave processes per host at 1"
+            )
+        if self.input_mode not in INPUT_MODES:
+            raise ValueError(f"input mode {self.input_mode!r} is not one of {', '.join(INPUT_MODES)}")
+        if not self.max_hours > 0:
+            raise ValueError(f"max_hours must be positive, got {self.max_hours!r}")
+        if self.max_hours * 3600 > 28 * 24 * 3600:
+            raise ValueError(f"max_hours={self.max_hours} is more than SageMaker's limit of 28 days (672 h)")
+        if self.max_wait_hours is not None and not self.spot:
+            raise ValueError("max_wait_hours only applies to managed spot: set spot=True or leave max_wait_hours out")
+        if self.spot and self.max_wait_hours is not None and self.max_wait_hours < self.max_hours:
+            raise ValueError(
+                f"max_wait_hours ({self.max_wait_hours}) must be at least max_hours ({self.max_hours}): "
+                "the wait for spot capacity includes the training time"
+            )
+        if bool(self.subnets) != bool(self.security_groups):
+            raise ValueError("a VPC needs both subnets and security groups: give both or neither")
+        price(self.instance_type)  # an unknown type fails here, naming the price file
+        gpus = int(prices().loc[self.instance_type, "gpus"])
+        if gpus and self.processes_per_host > gpus:
+            raise ValueError(
+                f"{self.instance_type} has {gpus} GPU(s): run at most {gpus} processes per host (one per GPU)"
+            )
+
+    @property
+    def ranks(self) -> int:
+        """Processes the job should run in all: instances × processes per host."""
+        return self.instances * self.processes_per_host
+
+    @property
+    def max_wait_seconds(self) -> int | None:
+        """MaxWaitTimeInSeconds: set for spot (twice the runtime unless given), absent otherwise."""
+        if not self.spot:
+            return None
+        return int(round((self.max_wait_hours or 2 * self.max_hours) * 3600))
+
+    @property
+    def with_checkpoints(self) -> bool:
+        """Spot jobs always checkpoint: an interrupted job without checkpoints starts again from scratch."""
+        return self.checkpoints or self.spot
+
+
+# ----------------------------------------------------------------------------------------------------
+# Prices and the cost guard
+
+
+def prices(path: Path | None = None) -> pd.DataFrame:
+    """The price file, indexed by instance type."""
+    path = Path(path or PRICE_FILE)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"the price file {path} is missing: it ships with the course (data/)")
+    return pd.read_csv(path).set_index("instance_type")
+
+
+def price(instance_type: str, path: Path | None = None) -> float:
+    """On-demand US dollars per hour of one instance of `instance_type`."""
+    path = Path(path or PRICE_FILE)
+    table = prices(path)
+    if instance_type not in table.index:
+        raise ValueError(
+            f"no price for instance type {instance_type!r} in {path}: use one of {', '.join(table.index)}, "
+            "or add a row for it with its source"
+        )
+    return float(table.loc[instance_type, "usd_per_hour"])
+
+
+@dataclass
+class CostEstimate:
+    """The most a job can cost: every instance billed for the whole maximum runtime, at the on-demand rate."""
+
+    instance_type: str
+    instances: int
+    max_hours: float
+    usd_per_hour: float
+    spot: bool
+
+    @property
+    def worst_case_usd(self) -> float:
+        """Instances × hours × on-demand rate: a spot job is billed at most this (spot never costs more)."""
+        return self.instances * self.max_hours * self.usd_per_hour
+
+    def line(self) -> str:
+        kind = " (managed spot: billed at the spot price, at most this)" if self.spot else ""
+        return (
+            f"{self.instances} × {self.instance_type} at ${self.usd_per_hour:.3f}/h for at most "
+            f"{self.max_hours:g} h = at most ${self.worst_case_usd:,.2f}{kind}"
+        )
+
+
+def estimate(request: Mapping[str, Any]) -> CostEstimate:
+    """The cost bound of a captured CreateTrainingJob request (its instances and MaxRuntimeInSeconds)."""
+    resources = request["ResourceConfig"]
+    return CostEstimate(
+        instance_type=resources["InstanceType"],
+        instances=int(resources["InstanceCount"]),
+        max_hours=request["StoppingCondition"]["MaxRuntimeInSeconds"] / 3600,
+        usd_per_hour=price(resources["InstanceType"]),
+        spot=bool(request.get("EnableManagedSpotTraining")),
+    )
+
+
+class CostLimitError(RuntimeError):
+    """A job whose worst-case cost is above the limit the learner set."""
+
+
+def check_cost(request: Mapping[str, Any], limit_usd: float) -> CostEstimate:
+    """Refuse a job that could cost more than `limit_usd`; return its estimate otherwise."""
+    if not limit_usd > 0:
+        raise ValueError(f"the cost limit must be a positive number of US dollars, got {limit_usd!r}")
+    if "MaxRuntimeInSeconds" not in request.get("StoppingCondition", {}):
+        raise CostLimitError("the request sets no MaxRuntimeInSeconds: a job without one has no cost bound")
+    found = estimate(request)
+    if found.worst_case_usd > limit_usd:
+        raise CostLimitError(
+            f"refused: {found.line()}, above your limit of ${limit_usd:,.2f}. Lower max_hours or the number "
+            "of instances, choose a cheaper instance type, or raise the limit if you mean it."
+        )
+    return found
+
+
+def spot_savings(billable_seconds: float, training_seconds: float) -> float:
+    """SageMaker's managed-spot savings: 1 − BillableTimeInSeconds / TrainingTimeInSeconds."""
+    if training_seconds <= 0 or billable_seconds < 0:
+        raise ValueError("training time must be positive and billable time not negative (seconds)")
+    return 1 - billable_seconds / training_seconds
+
+
+# ----------------------------------------------------------------------------------------------------
+# Offline AWS: moto, a guard on the network, the request captured
+
+
+class NetworkGuard:
+    """Block and record every connection (and name lookup) to an address that is not this machine.
+
+    A Python audit hook sees each `socket.connect` and `socket.getaddrinfo` of this process; loopback
+    addresses and local names pass, anything else raises `PermissionError` before a packet is sent.
+    Audit hooks cannot be removed, so `close()` only stops it from blocking.
+    """
+
+    _installed: list[NetworkGuard] = []
+
+    def __init__(self) -> None:
+        self.attempts: list[str] = []
+        self.active = True
+        NetworkGuard._installed.append(self)
+        sys.addaudithook(self._hook)
+
+    @staticmethod
+    def _local(host: Any) -> bool:
+        if host is None:
+            return True
+        host = host.decode() if isinstance(host, bytes) else str(host)
+        if host in ("localhost", "", socket.gethostname()) or host.endswith(".localhost"):
+            return True
+        try:
+            import ipaddress
+
+            return ipaddress.ip_address(host.split("%")[0]).is_loopback
+        except ValueError:
+            return False
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if not self.active:
+            return
+        if event == "socket.connect":
+            address = args[1]
+            if isinstance(address, tuple) and not self._local(address[0]):
+                self._refuse(f"connect {address[0]}:{address[1]}")
+        elif event == "socket.getaddrinfo" and not self._local(args[0]):
+            self._refuse(f"name lookup {args[0]}")
+
+    def _refuse(self, what: str) -> None:
+        self.attempts.append(what)
+        raise PermissionError(f"offline lesson: {what} refused (nothing may leave this machine)")
+
+    def close(self) -> None:
+        self.active = False
+
+
+@dataclass
+class OfflineAWS:
+    """moto's emulated AWS: a boto3 session, S3, a SageMaker SDK session, and every captured request."""
+
+    boto: Any
+    session: Any
+    s3: Any
+    bucket: str
+    region: str
+    requests: list[dict] = field(default_factory=list)
+    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="course-sagemaker-")))
+
+    def upload_dataset(
+        self, path: Path | None = None, prefix: str = "data/train", parts: int = 1, hours: int | None = None
+    ) -> str:
+        """Put the course's series CSV (its first `hours` rows, in `parts` files) under `prefix`; return the URI."""
+        source = Path(path) if path else REPO_ROOT / "data" / "seattle_hourly_temperature_2010.csv"
+        lines = source.read_text().splitlines(keepends=True)
+        header, rows = lines[0], lines[1:][:hours]
+        size = math.ceil(len(rows) / parts)
+        for i in range(parts):
+            body = header + "".join(rows[i * size : (i + 1) * size])
+            self.s3.put_object(Bucket=self.bucket, Key=f"{prefix}/part-{i:03d}.csv", Body=body.encode())
+        return f"s3://{self.bucket}/{prefix}"
+
+    def read_uploaded(self, request: Mapping[str, Any], channel: str, name: str) -> str:
+        """A file ModelTrainer uploaded for a job's channel (e.g. 'sm_drivers', 'distributed.json')."""
+        uri = next(c for c in request["InputDataConfig"] if c["ChannelName"] == channel)
+        bucket, _, prefix = uri["DataSource"]["S3DataSource"]["S3Uri"][len("s3://") :].partition("/")
+        return self.s3.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read().decode()
+
+
+_OFFLINE_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "SAGEMAKER_VALIDATE_ROLE": "false",  # no iam:SimulatePrincipalPolicy (moto lacks it; a full role ARN is given)
+}
+
+
+def _sdk_config(folder: Path) -> Path:
+    """A SageMaker SDK config file that turns the SDK's telemetry off (it would call AWS from a thread)."""
+    path = folder / "sagemaker_config.yaml"
+    path.write_text("SchemaVersion: '1.0'\nSageMaker:\n  PythonSDK:\n    Modules:\n      TelemetryOptOut: true\n")
+    return path
+
+
+@contextmanager
+def offline_aws(region: str = REGION, bucket: str = BUCKET) -> Iterator[OfflineAWS]:
+    """AWS emulated by moto in this process, with fake credentials; the environment is restored afterwards."""
+    from moto import mock_aws
+
+    saved = {k: os.environ.get(k) for k in [*_OFFLINE_ENV, "SAGEMAKER_USER_CONFIG_OVERRIDE", "AWS_PROFILE"]}
+    work = Path(tempfile.mkdtemp(prefix="course-sagemaker-"))
+    os.environ.update(_OFFLINE_ENV, AWS_DEFAULT_REGION=region, SAGEMAKER_USER_CONFIG_OVERRIDE=str(_sdk_config(work)))
+    os.environ.pop("AWS_PROFILE", None)
+    try:
+        with mock_aws():
+            import boto3
+            from sagemaker.core.helper.session_helper import Session
+
+            boto = boto3.Session(region_name=region)
+            s3 = boto.client("s3")
+            s3.create_bucket(Bucket=bucket)
+            aws = OfflineAWS(boto=boto, session=None, s3=s3, bucket=bucket, region=region, work=work)
+            aws.session = Session(boto_session=boto, default_bucket=bucket)
+            boto.events.register(
+                "before-parameter-build.sagemaker.CreateTrainingJob",
+                lambda params, **_: aws.requests.append(copy.deepcopy(params)),
+            )
+            yield aws
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Building the job
+
+
+def stage_source(kind: str, dest: Path) -> Path:
+    """A folder with the kind's training script and the course's `utils` package: the job's source_dir."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown job kind {kind!r}: choose one of {', '.join(KINDS)}")
+    dest = Path(dest)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    shutil.copy2(REPO_ROOT / "scripts" / KINDS[kind], dest / KINDS[kind])
+    shutil.copytree(REPO_ROOT / "utils", dest / "utils", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def horovod_image(region: str = REGION, account: str = OFFLINE_ACCOUNT) -> str:
+    """Where the course's Horovod image (docker/horovod) lives once pushed to an account's ECR."""
+    return f"{account}.dkr.ecr.{region}.amazonaws.com/{HOROVOD_REPOSITORY}:{HOROVOD_TAG}"
+
+
+def stock_image(instance_type: str, region: str = REGION) -> str:
+    """AWS's TensorFlow 2.21 training image for this instance type, from the SDK's offline table."""
+    from sagemaker.core import image_uris
+
+    return image_uris.retrieve(
+        framework="tensorflow",
+        region=region,
+        version=TF_VERSION,
+        py_version=PY_VERSION,
+        instance_type=instance_type,
+        image_scope="training",
+    )
+
+
+def build_trainer(
+    config: JobConfig,
+    session: Any,
+    bucket: str,
+    source_dir: Path,
+    *,
+    role: str = OFFLINE_ROLE,
+    data_uri: str | None = None,
+    account: str = OFFLINE_ACCOUNT,
+) -> tuple[Any, list[Any]]:
+    """The `ModelTrainer` of `config` and its input channels (the way the lesson shows them)."""
+    from sagemaker.core.shapes import Channel, DataSource, S3DataSource
+    from sagemaker.core.training.configs import (
+        CheckpointConfig,
+        Compute,
+        Networking,
+        OutputDataConfig,
+        SourceCode,
+        StoppingCondition,
+    )
+    from sagemaker.train.model_trainer import ModelTrainer
+
+    with warnings.catch_warnings():  # the SDK's own module still imports its deprecated configs shim
+        warnings.filterwarnings("ignore", message="sagemaker.train.configs has been moved", category=DeprecationWarning)
+        from sagemaker.train.distributed import MPI
+
+    distributed = None
+    if config.kind == "horovod":
+        # v3's MPI driver passes -np = processes per host; a later -np (Open MPI: the last one wins) fixes it.
+        extra = ["-np", str(config.ranks)] if config.fix_np else []
+        distributed = MPI(process_count_per_node=config.processes_per_host, mpi_additional_options=extra)
+    hyperparameters = dict(config.hyperparameters)
+    if config.with_checkpoints:
+        hyperparameters["checkpoint-dir"] = "/opt/ml/checkpoints"
+    networking = None
+    if config.encrypt or config.network_isolation or config.subnets:
+        networking = Networking(
+            enable_inter_container_traffic_encryption=config.encrypt or None,
+            enable_network_isolation=config.network_isolation or None,
+            subnets=list(config.subnets) or None,
+            security_group_ids=list(config.security_groups) or None,
+        )
+    trainer = ModelTrainer(
+        sagemaker_session=session,
+        role=role,
+        base_job_name=f"course-{config.kind}",
+        training_image=horovod_image(config.region, account)
+        if config.kind == "horovod"
+        else stock_image(config.instance_type, config.region),
+        source_code=SourceCode(source_dir=str(source_dir), entry_script=KINDS[config.kind]),
+        distributed=distributed,
+        compute=Compute(
+            instance_type=config.instance_type,
+            instance_count=config.instances,
+            enable_managed_spot_training=config.spot or None,
+            volume_kms_key_id=config.kms_key,
+        ),
+        networking=networking,
+        stopping_condition=StoppingCondition(
+            max_runtime_in_seconds=int(round(config.max_hours * 3600)),
+            max_wait_time_in_seconds=config.max_wait_seconds,
+        ),
+        output_data_config=OutputDataConfig(s3_output_path=f"s3://{bucket}/output", kms_key_id=config.kms_key),
+        checkpoint_config=CheckpointConfig(s3_uri=f"s3://{bucket}/checkpoints/course-{config.kind}")
+        if config.with_checkpoints
+        else None,
+        hyperparameters=hyperparameters,
+    )
+    # A Channel, not InputData: ModelTrainer builds every InputData channel in File mode.
+    channel = Channel(
+        channel_name="train",
+        input_mode=config.input_mode,
+        data_source=DataSource(
+            s3_data_source=S3DataSource(
+                s3_data_type="S3Prefix",
+                s3_uri=data_uri or f"s3://{bucket}/data/train",
+                s3_data_distribution_type="ShardedByS3Key" if config.sharded else "FullyReplicated",
+            )
+        ),
+    )
+    return trainer, [channel]
+
+
+_last_name: dict[str, float] = {}
+
+
+def request_for(config: JobConfig, aws: OfflineAWS, *, data_uri: str | None = None) -> dict:
+    """Build the job of `config` against moto and return the CreateTrainingJob request the SDK sent."""
+    # Job names carry a timestamp to the second: two jobs of one kind in the same second would clash.
+    wait = _last_name.get(config.kind, 0) + 1.05 - time.time()
+    if wait > 0:
+        time.sleep(wait)
+    _last_name[config.kind] = time.time()
+    source = stage_source(config.kind, aws.work / f"source-{config.kind}")
+    trainer, channels = build_trainer(config, aws.session, aws.bucket, source, data_uri=data_uri)
+    before = len(aws.requests)
+    trainer.train(input_data_config=channels, wait=False, logs=False)
+    if len(aws.requests) != before + 1:
+        raise RuntimeError("the SDK sent no CreateTrainingJob request: was the job built inside offline_aws()?")
+    return copy.deepcopy(aws.requests[-1])
+
+
+def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob") -> None:
+    """Check a request against botocore's published SageMaker service model; raise with its report if invalid."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    report = ParamValidator().validate(dict(request), model.operation_model(operation).input_shape)
+    if report.has_errors():
+        raise ValueError(f"the {operation} request does not match SageMaker's API:\n{report.generate_report()}")
+
+
+def normalized(request: Mapping[str, Any]) -> dict:
+    """The request with its timestamped job name replaced by <job>, so that two requests compare field by field."""
+    name = request.get("TrainingJobName", "")
+    text = json.dumps(request, sort_keys=True, default=str)
+    return json.loads(text.replace(name, "<job>")) if name else json.loads(text)
+
+
+def request_diff(
+    base: Mapping[str, Any], other: Mapping[str, Any], base_name: str = "single", other_name: str = "job"
+) -> str:
+    """A unified diff of two requests' JSON (job names normalized): what one job changes in the other."""
+    a = json.dumps(normalized(base), indent=1, sort_keys=True).splitlines()
+    b = json.dumps(normalized(other), indent=1, sort_keys=True).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, base_name, other_name, n=1, lineterm=""))
+
+
+def changed_fields(base: Mapping[str, Any], other: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Every leaf that differs between two requests, as {dotted.path: (base value, other value)}."""
+
+    def leaves(value: Any, path: str = "") -> dict[str, Any]:
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                out.update(leaves(v, f"{path}.{k}" if path else k))
+            return out
+        if isinstance(value, list) and value and all(isinstance(v, dict) and "ChannelName" in v for v in value):
+            out = {}
+            for v in value:
+                out.update(leaves(v, f"{path}[{v['ChannelName']}]"))
+            return out
+        return {path: value}
+
+    a, b = leaves(normalized(base)), leaves(normalized(other))
+    return {k: (a.get(k), b.get(k)) for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+def launch_command(request: Mapping[str, Any], aws: OfflineAWS) -> list[str]:
+    """The command the job's first instance will run, as SDK v3's drivers build it (the mpirun line for MPI)."""
+    from utils import rehearsal
+
+    sourcecode = json.loads(aws.read_uploaded(request, "sm_drivers", "sourcecode.json"))
+    try:
+        distributed = json.loads(aws.read_uploaded(request, "sm_drivers", "distributed.json"))
+    except aws.s3.exceptions.NoSuchKey:
+        distributed = {}
+    hosts = [f"algo-{i + 1}" for i in range(request["ResourceConfig"]["InstanceCount"])]
+    return rehearsal.driver_command(distributed, sourcecode, hosts, request.get("HyperParameters", {}))
+
+
+def contract_figure():
+    """The training-container contract drawn: what SageMaker puts in /opt/ml and what it takes back to S3."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(11, 5.4))
+    ax.set_xlim(0, 11)
+    ax.set_ylim(0, 6.2)
+    ax.axis("off")
+
+    def box(x, y, w, h, text, color, size=9):
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3"))
+        ax.text(x + 0.12, y + h - 0.12, text, va="top", ha="left", fontsize=size, family="monospace")
+
+    def arrow(a, b, label, above=True):
+        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=14, color="0.25", lw=1.3))
+        if label:
+            ax.text(
+                (a[0] + b[0]) / 2,
+                (a[1] + b[1]) / 2 + (0.22 if above else -0.3),
+                label,
+                ha="center",
+                fontsize=8,
+                color="0.2",
+                bbox={"fc": "white", "ec": "none", "pad": 1},
+            )
+
+    ax.text(0.1, 5.95, "Amazon S3", fontsize=11, weight="bold")
+    ax.text(5.4, 5.95, "each instance (algo-1 … algo-H), inside the container", fontsize=11, weight="bold")
+    box(
+        0.1,
+        4.45,
+        3.2,
+        1.25,
+        "s3://bucket/data/train/\n  part-000.csv …\n(FullyReplicated or\n ShardedByS3Key)",
+        "#dbe9f6",
+    )
+    box(0.1, 3.05, 3.2, 1.15, "s3://bucket/<job>/input/\n  code/  sm_drivers/\n(uploaded by ModelTrainer)", "#dbe9f6")
+    box(0.1, 1.75, 3.2, 1.0, "s3://bucket/checkpoints/\n  (CheckpointConfig)", "#dbe9f6")
+    box(0.1, 0.35, 3.2, 1.1, "s3://bucket/output/<job>/\n  output/model.tar.gz", "#dbe9f6")
+    box(
+        5.4,
+        0.3,
+        5.5,
+        5.45,
+        "/opt/ml/\n"
+        "├─ input/config/\n"
+        "│   hyperparameters.json  (all strings)\n"
+        "│   resourceconfig.json   (hosts, this host)\n"
+        "│   inputdataconfig.json  (mode, distribution)\n"
+        "├─ input/data/<channel>/  → SM_CHANNEL_<NAME>\n"
+        "│   train/  code/  sm_drivers/\n"
+        "├─ checkpoints/            <-> S3 while it runs\n"
+        "├─ model/                  → SM_MODEL_DIR\n"
+        "└─ output/data/  output/failure\n\n"
+        "SM_HOSTS, SM_CURRENT_HOST, SM_HPS, …\n"
+        "python train.py --epochs 5 --batch-size 64\n"
+        "  (hyperparameters as arguments)",
+        "#f3f3f3",
+        size=8.6,
+    )
+    arrow((3.35, 5.1), (5.35, 4.05), "downloaded before the script starts")
+    arrow((3.35, 3.6), (5.35, 3.7), "")
+    arrow((5.35, 2.85), (3.35, 2.25), "synced both ways (spot resume)", above=False)
+    arrow((3.35, 2.1), (5.35, 2.7), "")
+    arrow((5.35, 2.35), (3.35, 0.95), "uploaded as model.tar.gz at the end", above=False)
+    ax.set_title(
+        "A training job is a contract of folders: S3 in before the script, /opt/ml/model out after it", fontsize=11
+    )
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------------
+# Logs and metrics
+
+
+def metrics_from_log(text: str, definitions: list[dict[str, str]] = METRIC_DEFINITIONS) -> dict[str, list[float]]:
+    """What SageMaker would send to CloudWatch: each definition's regex applied to every log line."""
+    found: dict[str, list[float]] = {d["Name"]: [] for d in definitions}
+    for line in text.splitlines():
+        for d in definitions:
+            match = re.search(d["Regex"], line)
+            if match:
+                found[d["Name"]].append(float(match.group(1)))
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------
+# Online, only on request
+
+
+def console_link(job_name: str, region: str) -> str:
+    """The AWS console page of a training job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
+
+
+def check_online_allowed(env: Mapping[str, str] | None = None) -> None:
+    """Raise with what to do unless the learner opted in and AWS credentials are available."""
+    env = os.environ if env is None else env
+    if env.get(ONLINE_FLAG) != "1":
+        raise PermissionError(
+            f"online launch is off: set {ONLINE_FLAG}=1 to launch on AWS for real (it costs money; "
+            "every job here is also shown offline)"
+        )
+    import boto3
+
+    if boto3.Session().get_credentials() is None:
+        raise PermissionError(
+            "no AWS credentials found: run `aws configure` (or set AWS_PROFILE) on a machine with an AWS "
+            "account before launching online; offline, leave COURSE_SAGEMAKER_ONLINE unset"
+        )
+    if not env.get("SAGEMAKER_ROLE_ARN", "").startswith("arn:aws:iam::"):
+        raise PermissionError(
+            "set SAGEMAKER_ROLE_ARN to the ARN of a SageMaker execution role "
+            "(arn:aws:iam::<account>:role/<name>) before launching online"
+        )
+
+
+def launch_online(
+    config: JobConfig, limit_usd: float, *, bucket: str | None = None, data_uri: str | None = None
+) -> dict:
+    """Launch the job on AWS for real, under the cost guard; return the request sent and the job's name."""
+    check_online_allowed()
+    import boto3
+    from sagemaker.core.helper.session_helper import Session
+
+    boto = boto3.Session(region_name=config.region)
+    account = boto.client("sts").get_caller_identity()["Account"]
+    session = Session(boto_session=boto, default_bucket=bucket)
+    bucket = bucket or session.default_bucket()
+    sent: list[dict] = []
+    boto.events.register(
+        "before-parameter-build.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(copy.deepcopy(params))
+    )
+    # The guard first, on a request built offline with the same configuration.
+    with offline_aws(config.region, bucket) as aws:
+        check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
+    source = stage_source(config.kind, Path(tempfile.mkdtemp(prefix="course-source-")))
+    trainer, channels = build_trainer(
+        config, session, bucket, source, role=os.environ["SAGEMAKER_ROLE_ARN"], data_uri=data_uri, account=account
+    )
+    trainer.train(input_data_config=channels, wait=False, logs=False)
+    name = sent[-1]["TrainingJobName"]
+    print(f"started {name}: {console_link(name, config.region)}")
+    print(f"stop it with: aws sagemaker stop-training-job --training-job-name {name} --region {config.region}")
+    print(
+        f"clean up: aws s3 rm --recursive s3://{bucket}/course-{config.kind}/{name}/ "
+        f"and s3://{bucket}/output/{name}/ once you have the model"
+    )
+    return {"request": sent[-1], "job_name": name}
+
+
+def replace_config(config: JobConfig, **changes: Any) -> JobConfig:
+    """A copy of `config` with some fields changed (validated again)."""
+    return replace(config, **changes)
