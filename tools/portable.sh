@@ -84,6 +84,14 @@ default_tf_package() {
 }
 
 # requirements_for TF_PACKAGE REQUIREMENTS: the pins, with TensorFlow installed as TF_PACKAGE.
+# The pins installed with --no-deps (no_deps_pins) are left out: their own requirements would pull in the
+# `tensorflow` package (the GPU build) next to tensorflow-cpu.
+NO_DEPS_PINS='^tf-keras=='
 requirements_for() {
-  sed "s/^tensorflow-cpu==/$1==/" "$2"
+  sed "s/^tensorflow-cpu==/$1==/" "$2" | grep -Ev "$NO_DEPS_PINS"
+}
+
+# no_deps_pins REQUIREMENTS: the pins to install with `pip install --no-deps` after the others.
+no_deps_pins() {
+  grep -E "$NO_DEPS_PINS" "$1"
 }

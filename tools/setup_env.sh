@@ -89,6 +89,10 @@ requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 # (grep drops pip's notes about local index folders some machines configure; errors still show)
 "$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
   || die "pip could not install requirements.txt (see its message above)."
+# shellcheck disable=SC2046  # one argument per pin line, on purpose
+"$py" -m pip install --quiet --no-deps $(no_deps_pins "$repo/requirements.txt") 2>&1 \
+  | { grep -v "^WARNING: Location 'file:" || true; } \
+  || die "pip could not install $(no_deps_pins "$repo/requirements.txt" | tr '\n' ' ')(see its message above)."
 
 "$py" "$repo/tools/link_utils.py"
 # The notebooks' kernel is `python3`; register it inside the environment so that it runs this environment.

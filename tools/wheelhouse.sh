@@ -37,6 +37,10 @@ say "collecting a wheel of every pinned package and of their dependencies (Tenso
 "$PY" -m pip wheel --quiet --wheel-dir "$dest" -r "$reqs" 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; } \
   || die "pip could not collect the packages (see its message above)."
+# shellcheck disable=SC2046  # one argument per pin line, on purpose
+"$PY" -m pip wheel --quiet --no-deps --wheel-dir "$dest" $(no_deps_pins "$repo/requirements.txt") 2>&1 \
+  | { grep -v "^WARNING: Location 'file:" || true; } \
+  || die "pip could not collect the packages installed without dependencies (see its message above)."
 
 version="$(sed -n 's/^#build: horovod==\([0-9.]*\).*/\1/p' "$repo/requirements.txt")"
 say "adding Horovod $version's source release (for machines that must compile it)"
