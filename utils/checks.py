@@ -584,3 +584,46 @@ def check_spot_limits(request: dict | None, usual_hours: float, margin: float) -
         return False
     print(f"[spot limits] correct: runtime {runtime / 3600:g} h, wait {wait / 3600:g} h")
     return True
+
+
+def check_capstone_workers(answer: int | None, work: Any, cluster: Any) -> bool:
+    """Exercise (lesson 08): the smallest number of workers whose run meets the deadline.
+
+    Judged by the property, not by a second search: N's run (training + overheads) fits the deadline and
+    N - 1's does not.
+    """
+    name = "smallest cluster"
+    if answer is None:
+        print(f"[{name}] not answered yet: replace None with a number of workers.")
+        return False
+    n = int(answer)
+    if n < 1:
+        print(f"[{name}] not quite: a cluster has at least 1 worker, you gave {answer!r}")
+        return False
+    fits = float(cluster.run_hours(n, work.training_hours)) <= work.budget_hours
+    smaller_fits = n > 1 and float(cluster.run_hours(n - 1, work.training_hours)) <= work.budget_hours
+    if not fits:
+        print(
+            f"[{name}] not quite: {n} workers take longer than the {work.budget_hours * 60:.0f} min left for training"
+        )
+        return False
+    if smaller_fits:
+        print(f"[{name}] not quite: {n - 1} workers meet the deadline too; find the smallest")
+        return False
+    print(f"[{name}] correct: {n} workers")
+    return True
+
+
+def check_warm_fraction_alone(answer: float | None, work: Any) -> bool:
+    """Exercise (lesson 08): the largest warm-start share that fits the job on one GPU within the deadline."""
+    if answer is None:
+        print("[warm start alone] not answered yet: replace None with a fraction (0.5 = half a from-scratch run).")
+        return False
+    expected = work.budget_hours / (work.job_hours * work.growth)
+    return report(
+        "warm start alone",
+        answer,
+        expected,
+        rel_tol=0.01,
+        hint="the hours left for training once the overheads are paid / the from-scratch hours",
+    )

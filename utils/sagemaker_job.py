@@ -490,12 +490,12 @@ def request_for(config: JobConfig, aws: OfflineAWS, *, data_uri: str | None = No
     return copy.deepcopy(aws.requests[-1])
 
 
-def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob") -> None:
-    """Check a request against botocore's published SageMaker service model; raise with its report if invalid."""
+def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob", service: str = "sagemaker") -> None:
+    """Check a request against botocore's published service model (SageMaker's unless told); raise if invalid."""
     import botocore.session
     from botocore.validate import ParamValidator
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = botocore.session.get_session().get_service_model(service)
     report = ParamValidator().validate(dict(request), model.operation_model(operation).input_shape)
     if report.has_errors():
         raise ValueError(f"the {operation} request does not match SageMaker's API:\n{report.generate_report()}")

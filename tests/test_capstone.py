@@ -1,0 +1,410 @@
+"""The capstone's decision: workload, T(N) with efficiency, the smallest cluster, costs, the choice, the warm
+start and the hourly EventBridge schedule (checked against botocore's models and moto)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+
+import botocore.session
+import numpy as np
+import pytest
+
+from utils import capstone as cap
+from utils import data
+from utils import sagemaker_job as sj
+
+# ----------------------------------------------------------------------------------------------------
+# Workload
+
+
+def test_growth_compounds_monthly():
+    assert cap.Workload().growth == 1.0, "no months ahead: today's data"
+    assert cap.Workload(monthly_growth=0.05, months=12).growth == pytest.approx(1.05**12)
+    assert cap.Workload(monthly_growth=0.0, months=36).growth == 1.0
+    assert cap.Workload(monthly_growth=0.10, months=6).growth == pytest.approx(1.771561)
+
+
+def test_training_hours_scale_with_growth_and_warm_share():
+    assert cap.Workload(job_hours=23.0).training_hours == pytest.approx(23.0)
+    assert cap.Workload(job_hours=23.0, monthly_growth=0.05, months=12).training_hours == pytest.approx(
+        23.0 * 1.7958563
+    )
+    full = cap.Workload(job_hours=23.0, monthly_growth=0.05, months=12)
+    half = cap.Workload(job_hours=23.0, monthly_growth=0.05, months=12, warm_fraction=0.5)
+    assert half.training_hours == pytest.approx(full.training_hours / 2)
+
+
+def test_budget_is_deadline_less_overheads():
+    assert cap.Workload(deadline_hours=1.0, overhead_minutes=10).budget_hours == pytest.approx(50 / 60)
+    assert cap.Workload(deadline_hours=2.0, overhead_minutes=0).budget_hours == pytest.approx(2.0)
+
+
+def test_with_growth_moves_only_the_months():
+    base = cap.Workload(job_hours=10, monthly_growth=0.02, warm_fraction=0.3)
+    later = cap.with_growth(base, 24)
+    assert later.months == 24 and base.months == 0
+    assert later.training_hours == pytest.approx(10 * 1.02**24 * 0.3)
+
+
+def test_negative_growth_is_refused_with_why():
+    with pytest.raises(ValueError, match="negative"):
+        cap.Workload(monthly_growth=-0.01)
+
+
+@pytest.mark.parametrize(("deadline_hours", "overhead_minutes", "deadline_text"), [(1 / 6, 10, "10"), (0.1, 10, "6")])
+def test_deadline_within_the_overheads_cannot_be_met(deadline_hours, overhead_minutes, deadline_text):
+    with pytest.raises(ValueError, match="no configuration can meet") as err:
+        cap.Workload(deadline_hours=deadline_hours, overhead_minutes=overhead_minutes)
+    message = str(err.value)
+    assert f"{deadline_text} min" in message, "the message gives the deadline in minutes"
+    assert "10 min" in message, "the message names the overhead minutes"
+
+
+def test_deadline_just_above_the_overheads_is_accepted():
+    work = cap.Workload(deadline_hours=11 / 60, overhead_minutes=10)
+    assert work.budget_hours == pytest.approx(1 / 60)
+
+
+@pytest.mark.parametrize("fraction", [0.0, -0.5, 1.01, 2.0])
+def test_warm_fraction_outside_zero_one_is_refused(fraction):
+    with pytest.raises(ValueError, match="warm_fraction"):
+        cap.Workload(warm_fraction=fraction)
+
+
+def test_warm_fraction_one_is_a_full_run():
+    assert cap.Workload(warm_fraction=1.0).training_hours == pytest.approx(23.0)
+
+
+def test_zero_deadline_is_refused_as_such():
+    with pytest.raises(ValueError, match="deadline_hours must be positive"):
+        cap.Workload(deadline_hours=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Cluster.run_hours
+
+
+def test_one_worker_takes_exactly_the_training_hours():
+    for cluster in (
+        cap.Cluster(grad_bytes=4e6),
+        cap.Cluster(grad_bytes=4e8, link_gbps=1, efficiency=0.5, scale_batch=False),
+    ):
+        assert float(cluster.run_hours(1, 7.25)) == 7.25, "one worker has no allreduce and no scaling loss"
+
+
+def test_perfect_scaling_on_a_huge_link_approaches_training_over_n():
+    cluster = cap.Cluster(grad_bytes=4e6, link_gbps=1e9, step_latency=0.0, efficiency=1.0, scale_batch=False)
+    n = np.array([1, 2, 4, 8, 64, 512])
+    np.testing.assert_allclose(cluster.run_hours(n, 23.0), 23.0 / n, rtol=1e-6)
+    with_latency = cap.Cluster(grad_bytes=4e6, link_gbps=1e9, efficiency=1.0, scale_batch=False)
+    np.testing.assert_allclose(with_latency.run_hours(n[:4], 23.0), 23.0 / n[:4], rtol=1e-2)
+
+
+def test_lower_efficiency_slows_every_n_above_one_only():
+    n = np.arange(1, 257)
+    perfect = cap.Cluster(grad_bytes=4e6, efficiency=1.0).run_hours(n, 23.0)
+    measured = cap.Cluster(grad_bytes=4e6, efficiency=0.8).run_hours(n, 23.0)
+    assert measured[0] == perfect[0] == 23.0
+    assert np.all(measured[1:] > perfect[1:])
+    # the compute part is divided by the efficiency, the communication is not
+    np.testing.assert_allclose(measured[1:] - perfect[1:], (23.0 / n[1:]) * (1 / 0.8 - 1), rtol=1e-9)
+
+
+def test_scaled_batch_keeps_falling_while_a_fixed_batch_turns_back_up():
+    n = np.arange(1, 4097)
+    scaled = cap.Cluster(grad_bytes=1e8, link_gbps=10, efficiency=0.9, scale_batch=True).run_hours(n, 23.0)
+    assert np.all(np.diff(scaled) < 0), "each worker keeps its batch: fewer steps, so more workers always help"
+    fixed = cap.Cluster(grad_bytes=1e8, link_gbps=10, efficiency=0.9, scale_batch=False).run_hours(n, 23.0)
+    best = int(np.argmin(fixed))
+    assert 0 < best < len(n) - 1 and fixed[-1] > fixed[best], "a fixed batch pays every allreduce: T(N) rises again"
+
+
+@pytest.mark.parametrize(("scale_batch", "comm_steps"), [(True, 7200 / 4), (False, 7200)])
+def test_run_hours_by_hand_from_the_ring_formula(scale_batch, comm_steps):
+    # 1 h of training: C = 3600 s, step 0.5 s -> S = 7200 steps; N = 4, e = 0.8, K = 100 MB, 10 Gb/s, l = 20 us
+    cluster = cap.Cluster(
+        grad_bytes=100e6, step_seconds=0.5, link_gbps=10, step_latency=20e-6, efficiency=0.8, scale_batch=scale_batch
+    )
+    bandwidth = 10e9 / 8  # 1.25e9 bytes/s
+    allreduce = 2 * 3 * 20e-6 + 2 * 3 / 4 * 100e6 / bandwidth  # 0.00012 + 0.12 = 0.12012 s
+    assert allreduce == pytest.approx(0.12012)
+    seconds = 3600 / (4 * 0.8) + comm_steps * allreduce  # 1125 + steps x 0.12012
+    assert float(cluster.run_hours(4, 1.0)) == pytest.approx(seconds / 3600, rel=1e-12)
+    if scale_batch:
+        assert seconds == pytest.approx(1341.216)
+
+
+def test_cluster_rejects_bad_figures():
+    with pytest.raises(ValueError, match="efficiency"):
+        cap.Cluster(grad_bytes=4e6, efficiency=0)
+    with pytest.raises(ValueError, match="efficiency"):
+        cap.Cluster(grad_bytes=4e6, efficiency=1.2)
+    with pytest.raises(ValueError, match="link_gbps"):
+        cap.Cluster(grad_bytes=4e6, link_gbps=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# smallest_cluster
+
+
+@pytest.mark.parametrize(
+    ("work", "cluster"),
+    [
+        (cap.Workload(), cap.Cluster(grad_bytes=4e6)),
+        (cap.Workload(months=24), cap.Cluster(grad_bytes=4e6, efficiency=0.7)),
+        (cap.Workload(warm_fraction=0.2, overhead_minutes=20), cap.Cluster(grad_bytes=1e8, link_gbps=10)),
+        (cap.Workload(job_hours=0.5), cap.Cluster(grad_bytes=4e6, scale_batch=False)),
+    ],
+)
+def test_smallest_cluster_meets_the_budget_and_one_fewer_does_not(work, cluster):
+    n = cap.smallest_cluster(work, cluster)
+    assert n is not None
+    assert float(cluster.run_hours(n, work.training_hours)) <= work.budget_hours
+    if n > 1:
+        assert float(cluster.run_hours(n - 1, work.training_hours)) > work.budget_hours
+
+
+def test_smallest_cluster_of_a_job_already_fast_enough_is_one():
+    assert cap.smallest_cluster(cap.Workload(job_hours=0.5), cap.Cluster(grad_bytes=4e6)) == 1
+
+
+def test_more_growth_or_worse_efficiency_never_needs_fewer_workers():
+    cluster = cap.Cluster(grad_bytes=4e6)
+    today = cap.smallest_cluster(cap.Workload(), cluster)
+    later = cap.smallest_cluster(cap.Workload(months=24), cluster)
+    worse = cap.smallest_cluster(cap.Workload(), cap.Cluster(grad_bytes=4e6, efficiency=0.6))
+    assert later >= today and worse >= today
+    assert later > today, "1.05**24 = 3.2 times the data needs more workers"
+
+
+def test_no_cluster_when_communication_alone_exceeds_the_budget():
+    # fixed batch, 100 MB gradient on 1 Gb/s: S x 2K/B = 165600 x 0.16 s, days of allreduces at any N
+    slow = cap.Cluster(grad_bytes=100e6, link_gbps=1, scale_batch=False)
+    assert cap.smallest_cluster(cap.Workload(), slow) is None
+    assert cap.smallest_cluster(cap.Workload(), cap.Cluster(grad_bytes=4e6), max_workers=3) is None
+
+
+# ----------------------------------------------------------------------------------------------------
+# usd_per_day and decide
+
+
+def test_usd_per_day_by_hand():
+    assert cap.usd_per_day(4, 0.75, 1.212, 24) == pytest.approx(87.264)  # 4 x 0.75 h x $1.212 x 24 runs
+    assert cap.usd_per_day(1, 23.0, 1.0, 1) == pytest.approx(23.0)
+
+
+def option(name, meets, usd, lines, infra="SageMaker"):
+    return cap.Option(
+        name=name,
+        meets_deadline=meets,
+        hours_per_run=0.9,
+        instances=4,
+        usd_per_day=usd,
+        usd_per_day_spot=None if usd is None else usd * 0.3,
+        code_lines=lines,
+        infra=infra,
+        risks="-",
+    )
+
+
+def test_decide_picks_the_cheapest_option_that_meets_the_deadline():
+    options = [
+        option("big cluster", True, 300.0, 40),
+        option("warm start", True, 120.0, 60),
+        option("too slow", False, 10.0, 0),
+        option("smaller model", None, 5.0, 5),
+    ]
+    decision = cap.decide(options)
+    assert decision.option.name == "warm start"
+    assert "warm start" in decision.reason and "$120" in decision.reason
+    assert decision.table == options
+
+
+def test_decide_on_equal_cost_picks_fewer_lines_and_says_so():
+    options = [option("Horovod", True, 200.0, 45), option("MWMS", True, 200.0, 12), option("slow", False, 1.0, 0)]
+    decision = cap.decide(options)
+    assert decision.option.name == "MWMS"
+    assert "MWMS" in decision.reason and "Horovod" in decision.reason
+    assert "12" in decision.reason and "45" in decision.reason
+
+
+def test_decide_costs_within_a_cent_are_equal():
+    decision = cap.decide([option("A", True, 100.004, 30), option("B", True, 99.996, 10)])
+    assert decision.option.name == "B"
+    decision = cap.decide([option("A", True, 99.99, 30), option("B", True, 100.00, 10)])
+    assert decision.option.name == "A", "a cent cheaper wins over fewer lines"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        [option("too slow", False, 10.0, 0), option("way too slow", False, 1.0, 0)],
+        [option("no figure", None, 1.0, 0), option("too slow", False, 1.0, 0)],
+        [],
+    ],
+)
+def test_decide_refuses_when_nothing_meets_the_deadline(options):
+    with pytest.raises(ValueError, match="no option meets the deadline"):
+        cap.decide(options)
+
+
+def test_decide_never_chooses_a_not_comparable_option():
+    options = [option("other model", None, 0.5, 1), option("cluster", True, 500.0, 80)]
+    assert cap.decide(options).option.name == "cluster"
+
+
+def test_decide_prefers_a_free_option():
+    options = [option("paid", True, 50.0, 10), option("free spare GPUs", True, 0.0, 10)]
+    assert cap.decide(options).option.name == "free spare GPUs"
+
+
+def test_decide_ranks_unknown_lines_last_and_refuses_an_unpriced_option():
+    known, unknown = option("known", True, 50.0, 10), option("unknown", True, 50.0, None)
+    assert cap.decide([unknown, known]).option.name == "known"
+    same = cap.decide([option("p", True, 50.0, 10), option("q", True, 50.0, 10)])
+    assert "no more lines (10 against 10)" in same.reason
+    with pytest.raises(ValueError, match="no cost per day"):
+        cap.decide([option("unpriced", True, None, 10)])
+
+
+# ----------------------------------------------------------------------------------------------------
+# warm_start (one small real run)
+
+
+@pytest.fixture(scope="module")
+def warm():
+    return cap.warm_start(data.synthetic_series(1500), epochs=2)
+
+
+def test_warm_start_stops_at_the_first_epoch_reaching_scratch(warm):
+    assert len(warm.scratch_val) == 2
+    assert all(math.isfinite(v) for v in warm.scratch_val + warm.warm_val)
+    target = warm.scratch_val[-1]
+    if warm.epochs_needed is None:
+        assert len(warm.warm_val) == 2 and all(v > target for v in warm.warm_val)
+        assert warm.fraction is None
+    else:
+        assert 1 <= warm.epochs_needed <= 2
+        assert len(warm.warm_val) == warm.epochs_needed, "no epoch is trained past the one that reaches scratch"
+        assert warm.warm_val[warm.epochs_needed - 1] <= target
+        assert all(v > target for v in warm.warm_val[: warm.epochs_needed - 1])
+        assert warm.fraction == warm.epochs_needed / 2
+
+
+def test_warm_start_fraction_of_a_given_result():
+    assert cap.WarmStart(scratch_val=[3, 2, 1, 0.5], warm_val=[0.9, 0.4], epochs_needed=2).fraction == 0.5
+    assert cap.WarmStart(scratch_val=[3, 2], warm_val=[2.5, 2.1], epochs_needed=None).fraction is None
+
+
+@pytest.mark.parametrize(("old_fraction", "epochs", "match"), [(0.0, 2, "old_fraction"), (1.0, 2, "old_fraction")])
+def test_warm_start_rejects_bad_old_fraction(old_fraction, epochs, match):
+    with pytest.raises(ValueError, match=match):
+        cap.warm_start(data.synthetic_series(1500), epochs=epochs, old_fraction=old_fraction)
+
+
+def test_warm_start_rejects_zero_epochs():
+    with pytest.raises(ValueError, match="epochs"):
+        cap.warm_start(data.synthetic_series(1500), epochs=0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The hourly schedule (EventBridge Scheduler -> SageMaker CreateTrainingJob)
+
+
+@pytest.fixture(scope="module")
+def aws_request():
+    with sj.offline_aws() as aws:
+        yield aws, sj.request_for(sj.JobConfig(kind="mwms", instances=2), aws)
+
+
+@pytest.fixture(scope="module")
+def job_name_pattern():
+    pattern = botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingJobName")
+    return pattern.metadata["pattern"]
+
+
+def test_schedule_is_a_valid_create_schedule_request(aws_request):
+    _, request = aws_request
+    before = copy.deepcopy(request)
+    schedule = cap.hourly_schedule(request, request["RoleArn"])
+    assert request == before, "building the schedule leaves the training request as it was"
+    sj.validate(schedule, "CreateSchedule", "scheduler")
+    assert schedule["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:sagemaker:createTrainingJob"
+    assert schedule["Target"]["RoleArn"] == request["RoleArn"]
+    assert schedule["ScheduleExpression"] == "rate(1 hour)"
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
+    sent = json.loads(schedule["Target"]["Input"])
+    assert sent["TrainingJobName"].endswith("-<aws.scheduler.execution-id>")
+
+
+def test_flexible_window(aws_request):
+    _, request = aws_request
+    schedule = cap.hourly_schedule(request, request["RoleArn"], window_minutes=15)
+    sj.validate(schedule, "CreateSchedule", "scheduler")
+    assert schedule["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 15}
+
+
+def test_invocation_is_the_training_request_under_a_unique_valid_name(aws_request, job_name_pattern):
+    _, request = aws_request
+    schedule = cap.hourly_schedule(request, request["RoleArn"])
+    first = cap.invocation(schedule, "d32c5kddcf5bb8c3")
+    second = cap.invocation(schedule, "a81f0c29be47d513")
+    for inv in (first, second):
+        sj.validate(inv)
+        assert re.fullmatch(job_name_pattern, inv["TrainingJobName"]), inv["TrainingJobName"]
+        assert len(inv["TrainingJobName"]) <= 63
+        assert "<" not in json.dumps(inv), "the execution id placeholder is filled in"
+        assert {k: v for k, v in inv.items() if k != "TrainingJobName"} == {
+            k: v for k, v in request.items() if k != "TrainingJobName"
+        }
+    assert first["TrainingJobName"] != second["TrainingJobName"]
+    assert first["TrainingJobName"].startswith("course-mwms") and "d32c5kddcf5bb8c3" in first["TrainingJobName"]
+
+
+def test_invocation_name_stays_valid_for_a_long_job_name(aws_request, job_name_pattern):
+    _, request = aws_request
+    long = dict(request, TrainingJobName="forecaster-capstone-hourly-retraining-job-" + "x" * 6 + "-20261125025238")
+    assert len(long["TrainingJobName"]) == 63 and re.fullmatch(job_name_pattern, long["TrainingJobName"])
+    inv = cap.invocation(cap.hourly_schedule(long, request["RoleArn"]), "d32c5kddcf5bb8c3")
+    sj.validate(inv)
+    assert re.fullmatch(job_name_pattern, inv["TrainingJobName"]), inv["TrainingJobName"]
+
+
+def test_schedule_can_be_created_in_moto(aws_request):
+    aws, request = aws_request
+    schedule = cap.hourly_schedule(request, request["RoleArn"], name="forecaster-hourly-moto", window_minutes=15)
+    client = aws.boto.client("scheduler")
+    try:
+        client.create_schedule(**schedule)
+        stored = client.get_schedule(Name=schedule["Name"])
+    except NotImplementedError as exc:  # pragma: no cover - depends on the moto version
+        pytest.skip(f"moto does not emulate EventBridge Scheduler's CreateSchedule/GetSchedule: {exc}")
+    assert stored["ScheduleExpression"] == "rate(1 hour)"
+    assert stored["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 15}
+    assert stored["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:sagemaker:createTrainingJob"
+    assert json.loads(stored["Target"]["Input"]) == json.loads(schedule["Target"]["Input"])
+
+
+def test_options_rows_follow_their_inputs():
+    work = cap.Workload(job_hours=23.0, deadline_hours=1.0, overhead_minutes=10.0)
+    cluster = cap.Cluster(grad_bytes=100e6, link_gbps=25.0)
+    rows = cap.options(
+        work, cluster, a_speedup=4.0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={"A": 1, "B": 129, "E": 94}
+    )
+    by = {r.name[0]: r for r in rows}
+    assert by["A"].hours_per_run == pytest.approx(23.0 / 4.0 + 10 / 60) and by["A"].meets_deadline is False
+    n = cap.smallest_cluster(work, cluster)
+    assert by["B"].instances == by["E"].instances == n and by["B"].usd_per_day == by["E"].usd_per_day
+    assert by["B"].usd_per_day_spot == pytest.approx(0.3 * by["B"].usd_per_day)
+    assert (by["B"].code_lines, by["E"].code_lines) == (129, 94)
+    assert by["C"].meets_deadline is None and by["D"].meets_deadline is None
+    assert cap.decide(rows).option.name.startswith("E")
+    fast_gpu = cap.options(
+        work, cluster, a_speedup=40.0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={"A": 1, "B": 129, "E": 94}
+    )
+    assert fast_gpu[0].meets_deadline is True
+    with pytest.raises(ValueError):
+        cap.options(work, cluster, a_speedup=0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={})

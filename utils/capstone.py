@@ -1,0 +1,337 @@
+"""The capstone's decision: which option retrains the 23-hour forecaster every hour, at what cost.
+
+Every figure the decision uses is an argument: the job's hours today, the data's growth, the deadline,
+the fixed minutes of every run, the share of a from-scratch training that a warm start needs (measured
+by `warm_start`), the link and gradient of the communication model (lessons 01 and 03), the scaling
+efficiency measured in a rehearsal, and the price of a worker-hour (data/instance_prices.csv).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from utils import scenario
+from utils.commcost import gbit_to_bytes_per_s
+
+HOUR = scenario.HOUR
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The job to retrain, and what one run of it must fit in."""
+
+    job_hours: float = 23.0  # the scenario: one run on one GPU today
+    monthly_growth: float = 0.05  # an assumption, as in lesson 01
+    months: float = 0.0  # how far ahead
+    deadline_hours: float = 1.0  # hourly retraining
+    overhead_minutes: float = 10.0  # start-up, data download, evaluation: fixed per run
+    warm_fraction: float = 1.0  # training a warm start needs, as a share of a from-scratch run
+
+    def __post_init__(self) -> None:
+        if not self.job_hours > 0:
+            raise ValueError(f"job_hours must be positive, got {self.job_hours}")
+        if self.monthly_growth < 0:
+            raise ValueError(
+                f"monthly_growth is {self.monthly_growth}: a negative growth means the data shrinks, which the "
+                "scenario does not have; give 0 for data that stays the same size, or a positive fraction (0.05 = 5 %)"
+            )
+        if self.months < 0:
+            raise ValueError(f"months must be at least 0, got {self.months}")
+        if not self.deadline_hours > 0:
+            raise ValueError(f"deadline_hours must be positive, got {self.deadline_hours}")
+        if self.overhead_minutes < 0:
+            raise ValueError(f"overhead_minutes must not be negative, got {self.overhead_minutes}")
+        if not 0 < self.warm_fraction <= 1:
+            raise ValueError(f"warm_fraction is a share of a from-scratch run, in (0, 1], got {self.warm_fraction}")
+        if self.overhead_minutes / 60 >= self.deadline_hours:
+            raise ValueError(
+                f"no configuration can meet a deadline of {self.deadline_hours * 60:g} min: the fixed overheads of "
+                f"every run alone take {self.overhead_minutes:g} min (start-up, data, evaluation). Lengthen the "
+                "deadline or cut the overheads (a warm pool keeps the instances between runs)"
+            )
+
+    @property
+    def growth(self) -> float:
+        """The data's size at `months` ahead, as a multiple of today's."""
+        return scenario.growth_factor(self.monthly_growth, self.months)
+
+    @property
+    def training_hours(self) -> float:
+        """One run's training on one GPU: today's hours × growth (time ∝ data, lesson 01) × warm share."""
+        return self.job_hours * self.growth * self.warm_fraction
+
+    @property
+    def budget_hours(self) -> float:
+        """What is left of the deadline for training once the fixed overheads are paid."""
+        return self.deadline_hours - self.overhead_minutes / 60
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The communication model of lesson 01 (ring allreduce over a link) and a measured efficiency."""
+
+    grad_bytes: float  # gradient per step (bytes)
+    step_seconds: float = 0.5  # one step of the job on one GPU (lesson 01's assumption)
+    link_gbps: float = 25.0  # per-instance network link
+    step_latency: float = 20e-6  # one ring step (lesson 03)
+    efficiency: float = 1.0  # compute scaling measured in a rehearsal, applied to compute/N
+    scale_batch: bool = True  # each worker keeps its batch (lesson 04): steps fall as N grows
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"efficiency is a fraction in (0, 1], got {self.efficiency}")
+        for name in ("grad_bytes", "step_seconds", "link_gbps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+    def run_hours(self, n, training_hours: float) -> np.ndarray:
+        """T(N) in hours for a job of `training_hours` on one GPU: compute/(N·efficiency) + allreduces."""
+        n = np.asarray(n, dtype=float)
+        compute = training_hours * HOUR
+        steps = compute / self.step_seconds
+        t = scenario.job_seconds_on_workers(
+            n, compute, steps, self.grad_bytes, gbit_to_bytes_per_s(self.link_gbps), self.step_latency, self.scale_batch
+        )
+        comm = t - compute / n
+        return (compute / (n * np.where(n > 1, self.efficiency, 1.0)) + comm) / HOUR
+
+
+def smallest_cluster(work: Workload, cluster: Cluster, max_workers: int = 4096) -> int | None:
+    """The fewest workers whose run (training + fixed overheads) meets the deadline, or None."""
+    n = np.arange(1, max_workers + 1)
+    ok = np.flatnonzero(cluster.run_hours(n, work.training_hours) <= work.budget_hours)
+    return int(n[ok[0]]) if ok.size else None
+
+
+@dataclass
+class Option:
+    """One row of the options table."""
+
+    name: str
+    meets_deadline: bool | None  # None: not comparable (a different model, or no figure)
+    hours_per_run: float | None
+    instances: int | None
+    usd_per_day: float | None
+    usd_per_day_spot: float | None
+    code_lines: int | None
+    infra: str
+    risks: str
+
+
+def usd_per_day(workers: int, hours_per_run: float, usd_per_worker_hour: float, runs_per_day: float) -> float:
+    """Every run bills each worker for its whole run (training and overheads, per second)."""
+    return workers * hours_per_run * usd_per_worker_hour * runs_per_day
+
+
+@dataclass
+class Decision:
+    """The option chosen, and why."""
+
+    option: Option
+    reason: str
+    table: list[Option]
+
+
+def decide(options: list[Option]) -> Decision:
+    """Among the options that meet the deadline: the cheapest per day, then the fewest changed lines."""
+    able = [o for o in options if o.meets_deadline]
+    if not able:
+        raise ValueError(
+            "no option meets the deadline with these inputs: lengthen the deadline, cut the overheads or the "
+            "growth, or allow more workers"
+        )
+    unpriced = [o.name for o in able if o.usd_per_day is None]
+    if unpriced:
+        raise ValueError(f"{', '.join(unpriced)} meet(s) the deadline but have no cost per day: give them a price")
+
+    def cost(o: Option) -> float:
+        return round(o.usd_per_day, 2)
+
+    def lines(o: Option) -> float:  # unknown lines rank last: nothing says the change is small
+        return math.inf if o.code_lines is None else o.code_lines
+
+    best = min(able, key=lambda o: (cost(o), lines(o), o.infra))
+    ties = [o for o in able if o is not best and cost(o) == cost(best)]
+    reason = f"{best.name} meets the deadline at ${best.usd_per_day:,.0f} a day on demand"
+    if ties:
+        fewer = all(lines(best) < lines(o) for o in ties)
+        reason += (
+            f"; {', '.join(o.name for o in ties)} costs the same, and {best.name} changes "
+            + ("fewer lines" if fewer else "no more lines")
+            + f" ({best.code_lines} against {', '.join(str(o.code_lines) for o in ties)})"
+        )
+    return Decision(option=best, reason=reason, table=options)
+
+
+def with_growth(work: Workload, months: float) -> Workload:
+    """The same workload `months` ahead."""
+    return replace(work, months=months)
+
+
+@dataclass
+class WarmStart:
+    """A warm start (last run's model, new data) against training from scratch, epoch by epoch."""
+
+    scratch_val: list[float]
+    warm_val: list[float]
+    epochs_needed: int | None  # warm epochs to reach the scratch model's final validation loss
+
+    @property
+    def fraction(self) -> float | None:
+        """Warm epochs needed / scratch epochs: the share of a from-scratch run a warm start needs."""
+        return None if self.epochs_needed is None else self.epochs_needed / len(self.scratch_val)
+
+
+def warm_start(values: np.ndarray, epochs: int, old_fraction: float = 0.9, seed: int = 0, batch: int = 64) -> WarmStart:
+    """Train from scratch on all the training windows; then train a model on the oldest `old_fraction`
+    of them (the last run's model), continue it on all of them, and count the epochs it needs to reach the
+    from-scratch model's validation loss."""
+    from utils import data, model
+
+    if not 0 < old_fraction < 1:
+        raise ValueError(f"old_fraction is the share of the data the last run saw, in (0, 1), got {old_fraction}")
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    s = data.prepare(values)
+    n_old = int(len(s.x_train) * old_fraction)
+
+    def fresh():
+        return model.compile_forecaster(model.build_forecaster(seed=seed))
+
+    scratch = model.train_forecaster(
+        fresh(), s.x_train, s.y_train, s.x_val, s.y_val, epochs=epochs, batch_size=batch, seed=seed, verbose=False
+    )
+    target = scratch.final_val_loss
+    old = fresh()
+    model.train_forecaster(
+        old,
+        s.x_train[:n_old],
+        s.y_train[:n_old],
+        s.x_val,
+        s.y_val,
+        epochs=epochs,
+        batch_size=batch,
+        seed=seed,
+        verbose=False,
+    )
+    warm_val, needed = [], None
+    for e in range(epochs):  # the last run's model, one more epoch at a time on all the data
+        step = model.train_forecaster(
+            old, s.x_train, s.y_train, s.x_val, s.y_val, epochs=1, batch_size=batch, seed=seed + e + 1, verbose=False
+        )
+        warm_val.append(step.final_val_loss)
+        if step.final_val_loss <= target:
+            needed = e + 1
+            break
+    return WarmStart(scratch_val=scratch.history["val_loss"], warm_val=warm_val, epochs_needed=needed)
+
+
+#: EventBridge Scheduler's universal target for SageMaker's CreateTrainingJob, and the unique id it fills in.
+TRAINING_TARGET = "arn:aws:scheduler:::aws-sdk:sagemaker:createTrainingJob"
+EXECUTION_ID = "<aws.scheduler.execution-id>"
+
+
+def hourly_schedule(
+    training_request: dict,
+    role_arn: str,
+    name: str = "forecaster-hourly",
+    rate: str = "rate(1 hour)",
+    window_minutes: int = 0,
+) -> dict:
+    """A CreateSchedule request that sends `training_request` to SageMaker at every tick of `rate`.
+
+    A job name must be unique, so the name becomes `<prefix>-<aws.scheduler.execution-id>`, which the
+    scheduler replaces with the id of each invocation. `window_minutes` > 0 lets it start up to that late.
+    """
+    request = json.loads(json.dumps(training_request))
+    prefix = request["TrainingJobName"].rsplit("-", 1)[0][:40]
+    request["TrainingJobName"] = f"{prefix}-{EXECUTION_ID}"
+    window = {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": window_minutes} if window_minutes else {"Mode": "OFF"}
+    return {
+        "Name": name,
+        "ScheduleExpression": rate,
+        "FlexibleTimeWindow": window,
+        "Target": {"Arn": TRAINING_TARGET, "RoleArn": role_arn, "Input": json.dumps(request)},
+    }
+
+
+def invocation(schedule: dict, execution_id: str = "d32c5kddcf5bb8c3") -> dict:
+    """The CreateTrainingJob request one invocation sends (the execution id filled in, as the scheduler does)."""
+    return json.loads(schedule["Target"]["Input"].replace(EXECUTION_ID, execution_id))
+
+
+def options(
+    work: Workload,
+    cluster: Cluster,
+    *,
+    a_speedup: float,
+    usd_per_gpu_hour: float,
+    spot_fraction: float,
+    code_lines: dict[str, int],
+) -> list[Option]:
+    """The capstone's five options as rows: A from a published speed-up, B and E from T(N), C and D not comparable.
+
+    `code_lines` holds the lines each option adds to the single-worker script ("A", "B", "E").
+    """
+    if not a_speedup > 0 or not usd_per_gpu_hour > 0 or not 0 < spot_fraction <= 1:
+        raise ValueError("a_speedup and usd_per_gpu_hour must be positive, spot_fraction in (0, 1]")
+    a_hours = work.training_hours / a_speedup + work.overhead_minutes / 60
+    n = smallest_cluster(work, cluster)
+    hours = None if n is None else float(cluster.run_hours(n, work.training_hours)) + work.overhead_minutes / 60
+    day = None if n is None else usd_per_day(n, hours, usd_per_gpu_hour, 24 / work.deadline_hours)
+    spot = None if day is None else day * spot_fraction
+
+    def spread(name: str, lines: int, infra: str, risks: str) -> Option:
+        return Option(name, n is not None, hours, n, day, spot, lines, infra, risks)
+
+    return [
+        Option(
+            "A. a faster GPU (A100, mixed precision)",
+            a_hours <= work.deadline_hours,
+            a_hours,
+            1,
+            None,
+            None,
+            code_lines["A"],
+            "a new instance type",
+            f"a one-time x{a_speedup:.1f}; growth outruns it; no A100 price in the price file",
+        ),
+        spread(
+            "B. Horovod on SageMaker",
+            code_lines["B"],
+            "custom image (docker/horovod), MPI launcher with -np fix",
+            "Horovod's last release is 0.28.1 (2023); AWS images dropped it after TF 2.12",
+        ),
+        Option(
+            "C. SageMaker DeepAR",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            "built-in algorithm, JSON Lines input",
+            "a different model to validate; no incremental training",
+        ),
+        Option(
+            "D. Amazon EMR",
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            "a Spark cluster to run",
+            "still needs a distribution layer (B or E) on top",
+        ),
+        spread(
+            "E. MWMS on SageMaker's stock image",
+            code_lines["E"],
+            "stock TF 2.21 image, no launcher",
+            "Keras 3 fit fails under MWMS: a custom loop (lesson 05)",
+        ),
+    ]
