@@ -408,3 +408,14 @@ def test_options_rows_follow_their_inputs():
     assert fast_gpu[0].meets_deadline is True
     with pytest.raises(ValueError):
         cap.options(work, cluster, a_speedup=0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={})
+
+
+def test_each_scheduled_run_gets_its_own_checkpoint_prefix():
+    with sj.offline_aws() as aws:
+        request = sj.request_for(sj.JobConfig(kind="mwms", instances=2, checkpoints=True), aws)
+    schedule = cap.hourly_schedule(request, request["RoleArn"])
+    first, second = cap.invocation(schedule, "aaaa1111"), cap.invocation(schedule, "bbbb2222")
+    base = request["CheckpointConfig"]["S3Uri"]
+    assert first["CheckpointConfig"]["S3Uri"] == f"{base}/aaaa1111"
+    assert second["CheckpointConfig"]["S3Uri"] == f"{base}/bbbb2222", "a run must not resume the last run's epochs"
+    sj.validate(first)

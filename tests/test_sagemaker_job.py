@@ -106,6 +106,7 @@ def test_security_options_reach_the_request(aws):
         sj.JobConfig(
             kind="mwms",
             instances=2,
+            instance_type="ml.m5.xlarge",  # no local NVMe storage: SageMaker accepts a volume KMS key for it
             encrypt=True,
             network_isolation=True,
             subnets=("subnet-0abc",),

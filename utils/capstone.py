@@ -250,6 +250,9 @@ def hourly_schedule(
     request = json.loads(json.dumps(training_request))
     prefix = request["TrainingJobName"].rsplit("-", 1)[0][:40]
     request["TrainingJobName"] = f"{prefix}-{EXECUTION_ID}"
+    if "CheckpointConfig" in request:  # one prefix per run: a shared one would resume the last run's final epoch
+        uri = request["CheckpointConfig"]["S3Uri"].rstrip("/")
+        request["CheckpointConfig"]["S3Uri"] = f"{uri}/{EXECUTION_ID}"
     window = {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": window_minutes} if window_minutes else {"Mode": "OFF"}
     return {
         "Name": name,
