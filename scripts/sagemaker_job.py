@@ -18,11 +18,8 @@ import argparse
 import json
 import shlex
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from utils import rehearsal, sagemaker_job
+from utils import rehearsal, sagemaker_job  # importable anywhere: tools/link_utils.py puts the course on the path
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -12,3 +12,14 @@ HOROVOD, WHY_NOT = launch.horovod_available()
 #: CI (CI=true, as .ci/run sets) and COURSE_REQUIRE_HOROVOD=1 must have Horovod: its tests run there and fail.
 HOROVOD_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("COURSE_REQUIRE_HOROVOD") == "1"
 needs_horovod = pytest.mark.skipif(not HOROVOD and not HOROVOD_REQUIRED, reason=WHY_NOT)
+
+
+@pytest.fixture
+def no_aws_credentials(monkeypatch, tmp_path):
+    """No AWS credentials anywhere boto3 looks: variables, config files or an instance's metadata service."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return monkeypatch

@@ -224,12 +224,7 @@ def test_metric_regexes_read_the_scripts_real_log_lines(tmp_path):
     assert len(found["train:samples_per_s"]) == 2
 
 
-def test_online_needs_opt_in_and_credentials(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_online_needs_opt_in_and_credentials(no_aws_credentials):
     with pytest.raises(PermissionError, match="COURSE_SAGEMAKER_ONLINE=1"):
         sj.check_online_allowed({})
     with pytest.raises(PermissionError, match="no AWS credentials"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -133,7 +133,6 @@ class Decision:
 
     option: Option
     reason: str
-    table: list[Option]
 
 
 def decide(options: list[Option]) -> Decision:
@@ -164,12 +163,7 @@ def decide(options: list[Option]) -> Decision:
             + ("fewer lines" if fewer else "no more lines")
             + f" ({best.code_lines} against {', '.join(str(o.code_lines) for o in ties)})"
         )
-    return Decision(option=best, reason=reason, table=options)
-
-
-def with_growth(work: Workload, months: float) -> Workload:
-    """The same workload `months` ahead."""
-    return replace(work, months=months)
+    return Decision(option=best, reason=reason)
 
 
 @dataclass
@@ -288,6 +282,9 @@ def options(
     day = None if n is None else usd_per_day(n, hours, usd_per_gpu_hour, 24 / work.deadline_hours)
     spot = None if day is None else day * spot_fraction
 
+    def not_comparable(name: str, infra: str, risks: str) -> Option:  # no time, cost or lines to set beside the others
+        return Option(name, None, None, None, None, None, None, infra, risks)
+
     def spread(name: str, lines: int, infra: str, risks: str) -> Option:
         return Option(name, n is not None, hours, n, day, spot, lines, infra, risks)
 
@@ -309,28 +306,12 @@ def options(
             "custom image (docker/horovod), MPI launcher with -np fix",
             "Horovod's last release is 0.28.1 (2023); AWS images dropped it after TF 2.12",
         ),
-        Option(
+        not_comparable(
             "C. SageMaker DeepAR",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
             "built-in algorithm, JSON Lines input",
             "a different model to validate; no incremental training",
         ),
-        Option(
-            "D. Amazon EMR",
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            "a Spark cluster to run",
-            "still needs a distribution layer (B or E) on top",
-        ),
+        not_comparable("D. Amazon EMR", "a Spark cluster to run", "still needs a distribution layer (B or E) on top"),
         spread(
             "E. MWMS on SageMaker's stock image",
             code_lines["E"],

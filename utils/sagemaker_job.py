@@ -231,12 +231,9 @@ class NetworkGuard:
     Audit hooks cannot be removed, so `close()` only stops it from blocking.
     """
 
-    _installed: list[NetworkGuard] = []
-
     def __init__(self) -> None:
         self.attempts: list[str] = []
         self.active = True
-        NetworkGuard._installed.append(self)
         sys.addaudithook(self._hook)
 
     @staticmethod
@@ -655,9 +652,9 @@ def check_online_allowed(env: Mapping[str, str] | None = None) -> None:
             f"online launch is off: set {ONLINE_FLAG}=1 to launch on AWS for real (it costs money; "
             "every job here is also shown offline)"
         )
-    import boto3
+    from utils import envinfo
 
-    if boto3.Session().get_credentials() is None:
+    if not envinfo.aws_credentials_present():
         raise PermissionError(
             "no AWS credentials found: run `aws configure` (or set AWS_PROFILE) on a machine with an AWS "
             "account before launching online; offline, leave COURSE_SAGEMAKER_ONLINE unset"
