@@ -63,18 +63,17 @@ val = data.to_dataset(*data.shard(splits.x_val, splits.y_val, hvd.rank(), hvd.si
 net = hvd_keras.distributed(model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed))
 model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
 
-callbacks, initial_epoch = [], 0
+callbacks, initial_epoch, saver = [], 0, None
 if paths.checkpoint_dir:
     resume = checkpoint.latest(paths.checkpoint_dir)  # the last complete checkpoint, if any
     if resume:
         net, initial_epoch = keras.models.load_model(resume.model_path), resume.epoch
         print(f"resuming after epoch {initial_epoch}", flush=True)
     # Horovod: one writer, rank 0
-    callbacks.append(
-        checkpoint.EpochCheckpoint(
-            paths.checkpoint_dir, write=hvd.rank() == 0, history=resume.history if resume else None
-        )
+    saver = checkpoint.EpochCheckpoint(
+        paths.checkpoint_dir, write=hvd.rank() == 0, history=resume.history if resume else None
     )
+    callbacks.append(saver)
 
 steps_per_epoch = int(np.ceil(len(x_train) / args.batch_size))
 callbacks = [
@@ -112,15 +111,20 @@ class EpochLine(keras.callbacks.Callback):
         )
 
 
-history = net.fit(
-    train,
-    validation_data=val,
-    epochs=args.epochs,
-    initial_epoch=initial_epoch,
-    callbacks=callbacks + [EpochLine()],
-    verbose=0,
-    shuffle=False,
-)
+logs = {"loss": [], "val_loss": [], "samples_per_s": [], "step_seconds": []}  # this run's epochs
+if initial_epoch >= args.epochs:  # a restart after the last checkpoint (every rank reads the same one)
+    print(f"every epoch is done ({initial_epoch} of {args.epochs} in the checkpoint): nothing to train", flush=True)
+else:
+    history = net.fit(
+        train,
+        validation_data=val,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks + [EpochLine()],
+        verbose=0,
+        shuffle=False,
+    )
+    logs = {k: history.history[k] for k in logs}
 if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the model for deployment
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
 print(
@@ -129,11 +133,10 @@ print(
         {
             "rank": hvd.rank(),
             "size": hvd.size(),
-            "loss": history.history["loss"],
-            "val_loss": history.history["val_loss"],
-            "samples_per_s": history.history["samples_per_s"],
-            "step_seconds": history.history["step_seconds"],
+            **logs,
             "batch": args.batch_size,
+            "resumed_after": initial_epoch,
+            **({"history": saver.history} if saver else {}),  # every epoch's logs, the resumed ones too
             "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
         }
     ),

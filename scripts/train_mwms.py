@@ -112,6 +112,8 @@ def val_step(batch):
     return strategy.reduce("SUM", total, axis=None), strategy.reduce("SUM", count, axis=None)
 
 
+if initial_epoch >= args.epochs:  # a restart after the last checkpoint: the loop below trains nothing
+    print(f"every epoch is done ({initial_epoch} of {args.epochs} in the checkpoint): nothing to train", flush=True)
 base_lr, warmup_steps = args.lr, max(1, int(args.warmup_epochs * steps_per_epoch))
 logs_all = {"loss": [], "val_loss": [], "samples_per_s": [], "step_seconds": [], "epoch_seconds": []}
 for epoch in range(initial_epoch, args.epochs):
@@ -158,6 +160,8 @@ print(
             "size": workers,
             **logs_all,
             "batch": args.batch_size,
+            "resumed_after": initial_epoch,
+            **({"history": saver.history} if saver else {}),  # every epoch's logs, the resumed ones too
             "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
         }
     ),

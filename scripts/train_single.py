@@ -3,7 +3,8 @@
     python scripts/train_single.py --epochs 5 --batch-size 64 --lr 0.001
 
 Prints one line per epoch and, at the end, a line `RESULT {json}` with the losses and throughput.
-Checkpoints after every epoch to --checkpoint-dir and resumes from the last one if it exists.
+Checkpoints after every epoch to --checkpoint-dir and resumes from the last one if it exists; when that
+one holds every epoch already, it trains nothing and reports the recorded history.
 """
 
 import argparse
@@ -40,13 +41,14 @@ val = data.to_dataset(splits.x_val, splits.y_val, 1024)
 net = model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed)
 model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
 
-callbacks, initial_epoch = [], 0
+callbacks, initial_epoch, saver = [], 0, None
 if args.checkpoint_dir:
     resume = checkpoint.latest(args.checkpoint_dir)  # the last complete checkpoint, if any
     if resume:
         net, initial_epoch = keras.models.load_model(resume.model_path), resume.epoch
         print(f"resuming after epoch {initial_epoch}", flush=True)
-    callbacks.append(checkpoint.EpochCheckpoint(args.checkpoint_dir, history=resume.history if resume else None))
+    saver = checkpoint.EpochCheckpoint(args.checkpoint_dir, history=resume.history if resume else None)
+    callbacks.append(saver)
 
 
 class EpochLine(keras.callbacks.Callback):
@@ -69,26 +71,30 @@ class EpochLine(keras.callbacks.Callback):
         )
 
 
-history = net.fit(
-    train,
-    validation_data=val,
-    epochs=args.epochs,
-    initial_epoch=initial_epoch,
-    callbacks=callbacks + [EpochLine()],
-    verbose=0,
-    shuffle=False,
-)
+logs = {"loss": [], "val_loss": [], "samples_per_s": [], "step_seconds": []}  # this run's epochs
+if initial_epoch >= args.epochs:  # a restart after the last checkpoint: nothing is left to train
+    print(f"every epoch is done ({initial_epoch} of {args.epochs} in the checkpoint): nothing to train", flush=True)
+else:
+    history = net.fit(
+        train,
+        validation_data=val,
+        epochs=args.epochs,
+        initial_epoch=initial_epoch,
+        callbacks=callbacks + [EpochLine()],
+        verbose=0,
+        shuffle=False,
+    )
+    logs = {k: history.history[k] for k in logs}
 print(
     "RESULT "
     + json.dumps(
         {
             "rank": 0,
             "size": 1,
-            "loss": history.history["loss"],
-            "val_loss": history.history["val_loss"],
-            "samples_per_s": history.history["samples_per_s"],
-            "step_seconds": history.history["step_seconds"],
+            **logs,
             "batch": args.batch_size,
+            "resumed_after": initial_epoch,
+            **({"history": saver.history} if saver else {}),  # every epoch's logs, the resumed ones too
             "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
         }
     ),

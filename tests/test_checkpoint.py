@@ -81,3 +81,15 @@ def test_a_damaged_state_file_says_what_to_do(tmp_path):
     (tmp_path / checkpoint.STATE).write_text(json.dumps({"epoch": 2, "model": "epoch-0002.keras", "history": []}))
     with pytest.raises(FileNotFoundError, match="missing"):
         checkpoint.latest(tmp_path)
+
+
+def test_a_worker_that_does_not_write_keeps_the_same_history_in_memory(tmp_path):
+    writer, reader = tmp_path / "writer", tmp_path / "reader"
+    _fit(writer, 2)
+    x = np.random.default_rng(0).normal(size=(64, 48)).astype("float32")
+    net = course_model.compile_forecaster(course_model.build_forecaster(width=8, depth=1, seed=0))
+    silent = checkpoint.EpochCheckpoint(reader, write=False, history=[{"epoch": 0, "loss": 1.0}])
+    net.fit(x, x[:, :24], epochs=2, batch_size=32, verbose=0, callbacks=[silent])
+    assert not reader.exists(), "a worker that does not write creates no folder and no file"
+    assert [h["epoch"] for h in silent.history] == [0, 1, 2]
+    assert set(silent.history[1]) == set(checkpoint.latest(writer).history[0]), "the same logs as the writer's"

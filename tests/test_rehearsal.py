@@ -386,6 +386,34 @@ def test_spot_interruption_then_resume_loses_and_repeats_no_epoch(s3, course_cod
     assert state["epoch"] == 3 and [h["epoch"] for h in state["history"]] == [1, 2, 3]
 
 
+@slow
+@needs_horovod
+def test_a_job_restarted_after_its_last_checkpoint_finishes_at_once_and_writes_its_model(s3, course_code, tmp_path):
+    """A spot job reclaimed right after its last checkpoint: the restart finds every epoch done."""
+    request = make_request(
+        s3,
+        "late-reclaim",
+        course_code,
+        "train_horovod.py",
+        count=2,
+        checkpoints=True,
+        hps={"epochs": 1, "data-size": 2000, "batch-size": 64, "checkpoint-dir": "/opt/ml/checkpoints"},
+        distributed={"process_count_per_node": 1, "mpi_additional_options": ["-np", "2"]},
+        data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
+    )
+    first = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False)
+    assert "checkpoints/late-reclaim/state.json" in first.checkpoint_keys
+    s3.delete_object(Bucket=BUCKET, Key="output/late-reclaim/output/model.tar.gz")  # the restart must write it
+    second = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False, resume=True)
+    assert not second.interrupted and second.model_artifact
+    assert "every epoch is done" in second.output(0)
+    records = second.records()
+    assert [r["loss"] for r in records] == [[], []] and [h["epoch"] for h in records[0]["history"]] == [1]
+    body = s3.get_object(Bucket=BUCKET, Key="output/late-reclaim/output/model.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert tar.getnames() == ["forecaster.keras"]
+
+
 def test_bad_requests_get_errors_that_say_what_to_do(s3, show_code, tmp_path):
     good = make_request(s3, "bad-job", show_code, "show.py", hps={"epochs": 1})
     with pytest.raises(ValueError, match="not a CreateTrainingJob request.*ResourceConfig"):
@@ -402,6 +430,10 @@ def test_bad_requests_get_errors_that_say_what_to_do(s3, show_code, tmp_path):
         rehearsal.rehearse(empty, s3, root=tmp_path)
     with pytest.raises(ValueError, match="need checkpoints.*no CheckpointConfig"):
         rehearsal.rehearse(good, s3, root=tmp_path, interrupt_after_epoch=1)
+    two_epochs = make_request(s3, "two-epochs", show_code, "show.py", hps={"epochs": 2}, checkpoints=True)
+    for late in (2, 3):
+        with pytest.raises(ValueError, match=f"interrupt_after_epoch={late}.*trains 2 epoch.*resume=True"):
+            rehearsal.rehearse(two_epochs, s3, root=tmp_path, interrupt_after_epoch=late)
     missing = make_request(s3, "bad-entry", show_code, "train.py")
     with pytest.raises(ValueError, match=r"entry script 'train.py' .* holds \['show.py'\]"):
         rehearsal.rehearse(missing, s3, root=tmp_path)

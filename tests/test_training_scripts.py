@@ -7,6 +7,7 @@ import shutil
 import sys
 
 import portpicker
+import pytest
 from conftest import needs_horovod
 
 from utils import checkpoint, data, launch, paths
@@ -70,3 +71,61 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
     assert all(len(r["loss"]) == 1 and r["batch"] == 256 for r in ranks)  # hyperparameters from SM_HPS
     assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
     assert (model_dir / "forecaster.keras").exists()  # the chief saved the model for deployment
+
+
+def _run_single(args: list[str]) -> tuple[int, str]:
+    """Run train_single.py through the launcher; return its exit code and output (the error's, when it fails)."""
+    env = launch.worker_env(1)
+    try:
+        run = launch.run_workers(
+            [[sys.executable, str(SCRIPTS / "train_single.py"), *args]],
+            [env],
+            timeout=240,
+            run_id=env[launch.RUN_MARKER],
+            stream=False,
+        )
+    except launch.WorkerError as err:
+        return 1, str(err)
+    return 0, run.workers[0].output
+
+
+def _result(output: str) -> dict:
+    line = next(ln for ln in output.splitlines() if "RESULT " in ln)
+    return json.loads(line.split("RESULT ", 1)[1])
+
+
+def test_single_script_resumed_from_a_checkpoint_of_every_epoch_finishes_at_once(tmp_path):
+    """A job restarted after its last checkpoint (a spot reclaim at the very end) must not crash."""
+    args = ["--epochs", "2", "--data-size", "2000", "--checkpoint-dir", str(tmp_path / "ck")]
+    code, first = _run_single(args)
+    assert code == 0, first
+    state_before = (tmp_path / "ck" / "state.json").read_text()
+    code, second = _run_single(args)
+    assert code == 0, f"the resumed run failed:\n{second[-3000:]}"
+    assert "resuming after epoch 2" in second
+    assert not [ln for ln in second.splitlines() if ln.startswith("epoch ")], "no epoch may be trained again"
+    assert "every epoch is done" in second
+    result, recorded = _result(second), _result(first)
+    assert result["loss"] == [] and result["resumed_after"] == 2
+    assert [h["epoch"] for h in result["history"]] == [1, 2]
+    assert [h["loss"] for h in result["history"]] == pytest.approx(recorded["loss"])
+    assert result["weights_checksum"] == pytest.approx(recorded["weights_checksum"], rel=1e-6)
+    assert (tmp_path / "ck" / "state.json").read_text() == state_before, "the checkpoint must be left as it was"
+
+
+@needs_horovod
+def test_horovod_script_resumed_from_a_checkpoint_of_every_epoch_saves_the_model(tmp_path):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    args = ["--epochs", "1", "--data-size", "2000", "--checkpoint-dir", str(tmp_path / "ck")]
+    env = {"SM_MODEL_DIR": str(model_dir)}
+    first = launch.launch_horovodrun(SCRIPTS / "train_horovod.py", 2, args=args, env=env, timeout=180, stream=False)
+    (model_dir / "forecaster.keras").unlink()  # the restart must write it again
+    second = launch.launch_horovodrun(SCRIPTS / "train_horovod.py", 2, args=args, env=env, timeout=180, stream=False)
+    ranks, recorded = second.records(), first.records()
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert all(r["loss"] == [] and r["resumed_after"] == 1 for r in ranks)
+    assert all([h["epoch"] for h in r["history"]] == [1] for r in ranks)
+    assert ranks[0]["history"][0]["loss"] == pytest.approx(recorded[0]["loss"][0])
+    assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
+    assert (model_dir / "forecaster.keras").exists(), "a restarted job that has nothing left to train saves its model"

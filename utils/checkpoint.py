@@ -55,7 +55,10 @@ def latest(folder: str | Path) -> Resume | None:
 
 
 class EpochCheckpoint(keras.callbacks.Callback):
-    """Save the model and the epoch's logs at the end of every epoch (only where `write` is true)."""
+    """Save the model and the epoch's logs at the end of every epoch (only where `write` is true).
+
+    `history` holds every epoch's logs, the resumed ones and this run's, on every worker (written or not).
+    """
 
     def __init__(self, folder: str | Path, write: bool = True, history: list[dict] | None = None):
         super().__init__()
@@ -65,12 +68,12 @@ class EpochCheckpoint(keras.callbacks.Callback):
             self.folder.mkdir(parents=True, exist_ok=True)
 
     def on_epoch_end(self, epoch, logs=None):
+        self.history.append({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
         if not self.write:
             return
         name = f"epoch-{epoch + 1:04d}.keras"
         self.model.save(self.folder / (name + ".tmp.keras"))
         os.replace(self.folder / (name + ".tmp.keras"), self.folder / name)
-        self.history.append({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
         _write_atomically(self.folder / STATE, json.dumps({"epoch": epoch + 1, "model": name, "history": self.history}))
         for old in self.folder.glob("epoch-*.keras"):  # keep only the checkpoint state.json names
             if old.name != name:

@@ -297,6 +297,14 @@ def _check(request: Mapping[str, Any], interrupt: int | None, resume: bool) -> i
             "interrupt_after_epoch and resume need checkpoints, and the request has no CheckpointConfig: "
             "add one (ModelTrainer(checkpoint_config=CheckpointConfig(s3_uri=...)))"
         )
+    epochs = str((request.get("HyperParameters") or {}).get("epochs", "")).strip('"')
+    if interrupt is not None and epochs.isdigit() and interrupt >= int(epochs):
+        raise ValueError(
+            f"interrupt_after_epoch={interrupt}, but the job trains {epochs} epoch(s): a reclaim after its last "
+            f"checkpoint is not an interruption (the job has finished). Interrupt after an epoch below {epochs}; "
+            "to rehearse a restart that finds every epoch done, run the job to the end and rehearse it again "
+            "with resume=True"
+        )
     local = request.get("CheckpointConfig", {}).get("LocalPath", OPT_ML + "/checkpoints")
     if map_path(local, Path("/x")) == local:
         raise ValueError(f"CheckpointConfig.LocalPath {local!r} is not under /opt/ml, so it cannot be rehearsed")
@@ -422,13 +430,14 @@ def rehearse(
 ) -> Rehearsal:
     """Play SageMaker's part of the job `request` on this machine (see the module's docstring).
 
-    Every attempt gets fresh instance folders under root/<job name>/ (logs in root/<job>/logs/attempt-N).
-    With `interrupt_after_epoch=k`, every process is stopped at once (launch.kill_run, as a spot reclaim
-    would) as soon as the chief's checkpoint of epoch k is complete (utils.checkpoint.latest), the
-    checkpoints are synced to S3 and the result says `interrupted`; k must be below the job's epochs.
-    With `resume=True` (a restarted job), everything under CheckpointConfig.S3Uri is first downloaded into
-    every instance's checkpoint folder. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
-    `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
+        Every attempt gets fresh instance folders under root/<job name>/ (logs in root/<job>/logs/attempt-N).
+        With `interrupt_after_epoch=k`, every process is stopped at once (launch.kill_run, as a spot reclaim
+        would) as soon as the chief's checkpoint of epoch k is complete (utils.checkpoint.latest), the
+        checkpoints are synced to S3 and the result says `interrupted`; k must be below the job's epochs (a
+    reclaim after the last checkpoint is rehearsed as a finished job rehearsed again with `resume=True`).
+        With `resume=True` (a restarted job), everything under CheckpointConfig.S3Uri is first downloaded into
+        every instance's checkpoint folder. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
+        `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
     """
     count = _check(request, interrupt_after_epoch, resume)
     if interrupt_after_epoch is not None:
