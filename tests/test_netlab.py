@@ -1,0 +1,255 @@
+"""The network lab: hosts with their own names and addresses, links shaped to the set bandwidth, programs run
+on every host, bad input refused, and nothing of the lab left after a run, a failure or a killed parent."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import needs_horovod
+
+from utils import launch, netlab
+
+REPO = Path(__file__).resolve().parent.parent
+SUPPORT = netlab.support()
+# CI runs as root: there the lab must work, and a test that cannot build it fails instead of skipping.
+needs_lab = pytest.mark.skipif(
+    not SUPPORT.available and os.environ.get("CI") != "true", reason=f"no network lab here: {SUPPORT.reason}"
+)
+
+
+def ip(*args: str) -> str:
+    return subprocess.run(["ip", *args], capture_output=True, text=True).stdout
+
+
+def until(check, timeout=10.0):
+    """Call `check` until it returns something false or `timeout` s have passed; return its last value."""
+    deadline = time.monotonic() + timeout
+    while (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
+@pytest.mark.parametrize(
+    "text, bps",
+    [("200mbit", 200e6), ("1gbit", 1e9), ("10Gbit", 10e9), ("5000kbit", 5e6), ("1.5gbit", 1.5e9), (100e6, 100e6)],
+)
+def test_bandwidth_parsed(text, bps):
+    assert netlab.parse_bandwidth(text) == pytest.approx(bps)
+
+
+@pytest.mark.parametrize("text", [0, -5, "0mbit", "-1gbit", "fast", "10 parsecs", "100tbit", "10kbit", True])
+def test_bad_bandwidth_says_what_to_write(text):
+    with pytest.raises(ValueError, match="mbit|above 0|bits per second"):
+        netlab.parse_bandwidth(text)
+
+
+def test_unshaped_is_none_and_labelled():
+    assert netlab.parse_bandwidth(None) is None and netlab.parse_bandwidth("none") is None
+    assert netlab.describe_rate(None) == "unshaped"
+    assert netlab.describe_rate(200e6) == "200 Mbit/s" and netlab.describe_rate(10e9) == "10 Gbit/s"
+
+
+def test_bad_lab_input_gets_a_clear_error():
+    with pytest.raises(ValueError, match="at least 1"):
+        netlab.Lab(0)
+    with pytest.raises(ValueError, match="more than the lab holds"):
+        netlab.Lab(netlab.MAX_HOSTS + 1)
+    with pytest.raises(ValueError, match="names must differ"):
+        netlab.Lab(2, names=["a", "a"])
+    with pytest.raises(ValueError, match="holds 2 hosts"):
+        netlab.Lab(3, subnet="10.77.0.0/30")
+    with pytest.raises(ValueError, match="clashes with this machine's address 127.0.0.1"):
+        netlab.Lab(2, subnet="127.0.0.0/24")
+
+
+def test_loopback_fallback_when_switched_off(monkeypatch):
+    monkeypatch.setenv(netlab.SWITCH_VAR, "off")
+    netlab.support.cache_clear()
+    try:
+        sup = netlab.support()
+        assert not sup.available and sup.kind == "none" and "loopback" in sup.reason
+        with pytest.raises(netlab.LabError, match="cannot run here"):
+            netlab.Lab(2).start()
+    finally:
+        netlab.support.cache_clear()
+
+
+@needs_lab
+def test_hosts_have_names_addresses_and_shaped_links():
+    before = ip("-br", "link")
+    with netlab.Lab(3, "200mbit", names=["algo-1", "algo-2", "algo-3"]) as lab:
+        assert lab.addresses == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+        show = "hostname; getent hosts algo-3; echo $LAB_HOSTS $LAB_HOST_INDEX; tc qdisc show dev eth0; ip -br addr"
+        result = lab.run([["sh", "-c", show]] * 3, stream=False)
+        for i, w in enumerate(result.workers):
+            lines = w.output.splitlines()
+            assert lines[0] == f"algo-{i + 1}"
+            assert lines[1].split() == ["10.77.0.3", "algo-3"]
+            assert lines[2] == f"10.77.0.1,10.77.0.2,10.77.0.3 {i}"
+            assert "tbf" in lines[3] and "rate 200Mbit" in lines[3]
+            assert f"10.77.0.{i + 1}/24" in w.output
+        # the machine's own network gained nothing
+        assert ip("-br", "link") == before
+        assert "10.77.0" not in ip("-br", "addr")
+
+
+@needs_lab
+@pytest.mark.parametrize("rate", ["100mbit", "1gbit"])
+def test_links_achieve_their_set_bandwidth(rate):
+    with netlab.Lab(2, rate) as lab:
+        links = lab.measure(seconds=1.0)
+    assert len(links) == 2
+    for link in links:
+        assert 0.9 < link.ratio < 1.05, f"{link.host}: {link.achieved_bps:.3g} bit/s achieved, {rate} set"
+        assert link.rtt_us > 0
+
+
+@needs_lab
+def test_a_failed_program_stops_the_others_and_the_lab_goes_on():
+    with netlab.Lab(2, "1gbit") as lab:
+        with pytest.raises(launch.WorkerError) as err:
+            lab.run([["sh", "-c", "exit 3"], ["sleep", "60"]], stream=False, timeout=30)
+        assert err.value.rank == 0 and "exited with code 3" in err.value.reason
+        assert err.value.seconds < 10
+        assert lab.run([["true"], ["true"]], stream=False).workers[1].returncode == 0
+
+
+PARENT = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from utils import netlab
+    lab = netlab.Lab(2, "100mbit").start()
+    sleeper = subprocess.Popen([*lab.enter(1), "sleep", "300"])
+    print(json.dumps({"holder": lab._holder.pid, "hosts": [h.pid for h in lab.hosts], "sleeper": sleeper.pid}),
+          flush=True)
+    time.sleep(300)
+    """
+)
+
+
+@needs_lab
+def test_nothing_is_left_when_the_parent_is_killed():
+    """A JupyterLab kernel killed mid-run: the holder, the hosts and a program on a host all go."""
+    before_links, before_ns = ip("-br", "link"), ip("netns", "list")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    try:
+        info = json.loads(parent.stdout.readline())
+        pids = [info["holder"], *info["hosts"], info["sleeper"]]
+        assert all(psutil.pid_exists(p) for p in pids)
+        mine = os.stat("/proc/self/ns/net").st_ino
+        # it really runs inside a host (once nsenter has entered it)
+        assert not until(lambda: os.stat(f"/proc/{info['sleeper']}/ns/net").st_ino == mine)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        left = until(lambda: [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
+        assert not left, f"processes of the lab still running: {left}"
+    finally:
+        parent.kill()
+        parent.wait()
+    assert ip("-br", "link") == before_links and ip("netns", "list") == before_ns
+
+
+def test_cli_runs_on_every_host_and_exits_with_the_first_failure(tmp_path):
+    if not SUPPORT.available and os.environ.get("CI") != "true":
+        pytest.skip(SUPPORT.reason)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "utils.netlab",
+            "--hosts",
+            "3",
+            "--bandwidth",
+            "200mbit",
+            "--",
+            "sh",
+            "-c",
+            "echo index $LAB_HOST_INDEX on $(hostname) of $LAB_HOSTS",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert ok.returncode == 0, ok.stderr
+    for i in range(3):
+        assert f"index {i} on host-{i + 1} of 10.77.0.1,10.77.0.2,10.77.0.3" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "utils.netlab", "--hosts", "2", "--", "sh", "-c", "exit $((LAB_HOST_INDEX + 4))"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert bad.returncode in (4, 5) and "exited with code" in bad.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "utils.netlab", "--bandwidth=-1gbit", "--", "true"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "'100mbit'" in refused.stderr
+
+
+ROOTLESS = textwrap.dedent(
+    """
+    import os
+    from utils import netlab
+    assert os.geteuid() != 0
+    print(netlab.support().kind)
+    with netlab.Lab(2, "100mbit") as lab:
+        out = lab.run([["sh", "-c", "hostname; tc qdisc show dev eth0"]] * 2, stream=False)
+        print(out.workers[1].output.strip())
+        print(min(m.ratio for m in lab.measure(seconds=0.7)))
+    """
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching to an unprivileged user needs root")
+def test_the_lab_without_root_in_a_user_namespace(tmp_path):
+    """As `nobody`: the same lab in a user namespace (where the kernel allows them; CI's does)."""
+    python = "/usr/bin/python3"
+    if shutil.which("setpriv") is None or not Path(python).exists():
+        pytest.skip("setpriv or the system's python3 missing")
+    version = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+    if version.stdout.strip() != str(sys.version_info[:2]):
+        pytest.skip(f"the system's python3 is not {sys.version_info[:2]}: the environment's packages won't load")
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    done = subprocess.run(
+        ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", python, "-c", ROOTLESS],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": f"{REPO}:{site}"},
+    )
+    assert done.returncode == 0, done.stderr
+    kind, host, qdisc, ratio = done.stdout.strip().splitlines()
+    assert kind == "userns" and host == "host-2" and "rate 100Mbit" in qdisc
+    assert 0.9 < float(ratio) < 1.05
+
+
+@needs_lab
+@needs_horovod
+def test_horovod_and_tf_distribute_run_across_hosts():
+    script = REPO / "scripts" / "workers"
+    with netlab.Lab(2, "1gbit", names=["algo-1", "algo-2"]) as lab:
+        hvd = lab.launch_horovod(script / "hello_horovod.py", stream=False, timeout=120).records()
+        mwms = lab.launch_tf_workers(script / "hello_mwms.py", stream=False, timeout=120).records()
+    assert [r["host"] for r in hvd] == ["algo-1", "algo-2"]
+    assert all(r["size"] == 2 and r["sum"] == [3.0] * 4 for r in hvd)
+    assert [r["workers"] for r in mwms] == [2, 2]
+    assert mwms[0]["weights_after_step"] == mwms[1]["weights_after_step"]
