@@ -322,13 +322,22 @@ def exercise_gradient(rank: int) -> np.ndarray:
     return base * (rank + 1)
 
 
-def fp16_average_expected(ranks: int) -> np.ndarray:
-    """What averaging the exercise gradients gives when each is sent as float16: round, sum in fp16, halve."""
-    sent = [np.asarray(exercise_gradient(r), dtype=np.float16) for r in range(ranks)]
+def fp16_average(per_rank: np.ndarray) -> np.ndarray:
+    """Horovod's fp16-compressed average, in NumPy: each rank's row rounded to float16, summed in float16 in
+    rank order, divided by the number of ranks and rounded to float16 again (Horovod scales the reduced
+    float16 buffer), returned as float32."""
+    sent = np.asarray(per_rank, dtype=np.float32).astype(np.float16)
+    if sent.ndim < 1 or len(sent) < 1:
+        raise ValueError("per_rank holds one row per rank: give at least one row")
     total = sent[0]
     for s in sent[1:]:
         total = (total + s).astype(np.float16)
-    return (total.astype(np.float32) / ranks).astype(np.float32)
+    return (total.astype(np.float64) / len(sent)).astype(np.float16).astype(np.float32)
+
+
+def fp16_average_expected(ranks: int) -> np.ndarray:
+    """What averaging the exercise gradients gives when each is sent as float16: round, sum in fp16, halve in fp16."""
+    return fp16_average(np.stack([exercise_gradient(r) for r in range(ranks)]))
 
 
 def check_fp16_allreduce(fn: Callable[[Any], Any] | None, ranks: int = 2, timeout: float = 120) -> bool:

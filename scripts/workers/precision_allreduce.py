@@ -5,8 +5,10 @@
 Every rank computes the course forecaster's gradients on its own shard of the data. Part 1 allreduces
 those gradients with Horovod's `Compression.none` and `Compression.fp16`, in alternating rounds, counting
 the bytes this process writes to its sockets (`wchar` of /proc/self/io) and timing the pieces of the
-compressed allreduce apart: the casts to float16, the allreduce of float16 tensors, the casts back.
-Part 2 trains --steps steps with each compression, timing whole steps, and hashes the weights so the
+compressed allreduce apart: the casts to float16, the allreduce of float16 tensors, the casts back. An
+allreduce of as many tensors holding one value each counts the bytes a call writes besides its payload.
+The compressed average is compared value for value with the same arithmetic done in NumPy on every
+rank's gradients (gathered): round each to float16, add in float16, divide in float32. Part 2 trains --steps steps with each compression, timing whole steps, and hashes the weights so the
 notebook can check that both ranks still hold identical weights. Each rank prints one RESULT line (JSON).
 """
 
@@ -21,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import data, model
+from utils import data, model, precision
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--width", type=int, default=1024)
@@ -92,12 +94,14 @@ grads = local_gradients(*batch())
 to16 = tf.function(lambda gs: [tf.cast(g, tf.float16) for g in gs])
 to32 = tf.function(lambda gs: [tf.cast(g, tf.float32) for g in gs])
 grads16 = to16(grads)
+tiny = [tf.zeros([1]) for _ in grads]  # as many tensors, one value each: what a call costs besides its payload
 pieces = {
     "none": lambda: [g.numpy() for g in hvd.grouped_allreduce(grads, op=hvd.Average)],
     "fp16": lambda: [g.numpy() for g in hvd.grouped_allreduce(grads, op=hvd.Average, compression=hvd.Compression.fp16)],
     "cast to float16": lambda: [g.numpy() for g in to16(grads)],
     "allreduce of float16": lambda: [g.numpy() for g in hvd.grouped_allreduce(grads16, op=hvd.Average)],
     "cast back to float32": lambda: [g.numpy() for g in to32(grads16)],
+    "one value per tensor": lambda: [g.numpy() for g in hvd.grouped_allreduce(tiny, op=hvd.Average)],
 }
 allreduce = {}
 for _ in range(args.rounds):  # alternate, keep each one's best round: other programs share the cores
@@ -111,10 +115,15 @@ exact = np.concatenate([g.numpy().ravel() for g in hvd.grouped_allreduce(grads, 
 packed = np.concatenate(
     [g.numpy().ravel() for g in hvd.grouped_allreduce(grads, op=hvd.Average, compression=hvd.Compression.fp16)]
 )
+local = np.concatenate([g.numpy().ravel() for g in grads])
+every_rank = hvd.allgather(tf.constant(local[None, :])).numpy()  # (ranks, values): each rank's own gradients
+in_numpy = precision.fp16_average(every_rank)
 nonzero = exact != 0
 fidelity = {
     "median_relative_error": float(np.median(np.abs(packed[nonzero] / exact[nonzero] - 1))),
     "zeroed_fraction": float(np.mean(packed[nonzero] == 0)),
+    "equal_to_numpy": bool(np.array_equal(packed, in_numpy)),
+    "local_flushed_fraction": float(np.mean(local[local != 0].astype(np.float16) == 0)),
 }
 tensor_bytes = {
     "none": int(sum(g.shape.num_elements() * g.dtype.size for g in grads)),
