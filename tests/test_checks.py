@@ -92,3 +92,86 @@ def test_bad_inputs_of_the_new_checks_say_what_to_do():
         checks.check_micro_batches_for(4, 0.0, 1)
     with pytest.raises(ValueError, match="optimizer must be one of"):
         checks.check_training_state_bytes(10, "adagrad", 1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# lesson 08's checks, on workloads worked by hand
+
+
+def _fast_cluster():
+    """A link so fast and hops so short that T(N) is the compute over N, plus a few seconds at most."""
+    from utils import capstone
+
+    return capstone.Cluster(grad_bytes=4.0, link_gbps=1e6, step_latency=1e-9)
+
+
+def test_capstone_workers_by_hand(capsys):
+    from utils import capstone
+
+    # 4 h of training, no overheads, a 1 h deadline: 4 workers take 1 h plus their allreduces, 5 take 0.8 h
+    work = capstone.Workload(job_hours=4.0, monthly_growth=0.0, overhead_minutes=0.0)
+    cluster = _fast_cluster()
+    assert checks.check_capstone_workers(5, work, cluster)
+    assert not checks.check_capstone_workers(4, work, cluster)
+    assert not checks.check_capstone_workers(6, work, cluster)
+    assert "4 workers take longer" in capsys.readouterr().out
+    assert not checks.check_capstone_workers(0, work, cluster)
+
+
+def test_capstone_decision_by_hand(capsys):
+    from utils import capstone
+
+    work = capstone.Workload(job_hours=4.0, monthly_growth=0.0, overhead_minutes=0.0)
+    cluster = _fast_cluster()
+    lines = {"A": 1, "B": 10, "E": 20}
+    usd = 5 * 0.8 * 2.0 * 24  # 5 workers x 0.8 h x $2 x 24 runs (the allreduces add well under a cent)
+    assert checks.check_capstone_decision(("B. Horovod", 5, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
+    assert checks.check_capstone_decision(
+        {"choice": "B. Horovod", "workers": 5, "$ per day": round(usd)},
+        work,
+        cluster,
+        usd_per_gpu_hour=2.0,
+        code_lines=lines,
+    )
+    assert not checks.check_capstone_decision(
+        ("E. MWMS", 5, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines
+    )
+    assert "fewer lines: B" in capsys.readouterr().out
+    assert not checks.check_capstone_decision(
+        ("B. x", 5, 2 * usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines
+    )
+    assert not checks.check_capstone_decision(("B. x", 6, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
+    assert not checks.check_capstone_decision("B", work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
+    assert not checks.check_capstone_decision(None, work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
+
+
+def _row(name, usd, lines):
+    from utils import capstone
+
+    return capstone.Option(name, True, 0.9, 4, usd, usd * 0.3, lines, "SageMaker", "")
+
+
+def test_capstone_tiebreak_reads_the_differing_column_off_the_tables(capsys):
+    same_cost = [[_row("B. h", 100.0, 60), _row("E. m", 100.0, 30)], [_row("B. h", 50.0, 60), _row("E. m", 50.0, 30)]]
+    assert checks.check_capstone_tiebreak("lines of code", same_cost)
+    assert "B was chosen 0 times" in capsys.readouterr().out
+    assert not checks.check_capstone_tiebreak("$ per day", same_cost)
+    # where B is cheaper in one table, the cost separates them too and B wins that one
+    mixed = same_cost + [[_row("B. h", 40.0, 60), _row("E. m", 50.0, 30)]]
+    assert not checks.check_capstone_tiebreak("lines of code", mixed)
+    assert "B was chosen 1 times" in capsys.readouterr().out
+    assert checks.check_capstone_tiebreak(("$ per day", "lines of code"), mixed)
+
+
+def test_warm_fraction_alone_by_hand(capsys):
+    from utils import capstone
+
+    # 10 h from scratch, 30 of the 60 min taken by overheads: a warm start may need 0.5 h / 10 h = 5 %
+    work = capstone.Workload(job_hours=10.0, monthly_growth=0.0, overhead_minutes=30.0)
+    assert checks.check_warm_fraction_alone(0.05, work)
+    assert not checks.check_warm_fraction_alone(0.06, work)
+    assert not checks.check_warm_fraction_alone(0.04, work)
+    assert "would still fit" in capsys.readouterr().out
+    assert not checks.check_warm_fraction_alone(1.5, work)
+    # a job that fits from scratch: the whole run, 100 %
+    assert checks.check_warm_fraction_alone(1.0, capstone.Workload(job_hours=0.25, monthly_growth=0.0))

@@ -586,6 +586,17 @@ def check_spot_limits(request: dict | None, usual_hours: float, margin: float) -
     return True
 
 
+def _cluster_problem(n: int, work: Any, cluster: Any) -> str | None:
+    """Why `n` workers are not the smallest cluster whose run meets the deadline, or None when they are."""
+    if n < 1:
+        return f"a cluster has at least 1 worker, you gave {n!r}"
+    if float(cluster.run_hours(n, work.training_hours)) > work.budget_hours:
+        return f"{n} workers take longer than the {work.budget_hours * 60:.0f} min left for training"
+    if n > 1 and float(cluster.run_hours(n - 1, work.training_hours)) <= work.budget_hours:
+        return f"{n - 1} workers meet the deadline too; find the smallest"
+    return None
+
+
 def check_capstone_workers(answer: int | None, work: Any, cluster: Any) -> bool:
     """Exercise (lesson 08): the smallest number of workers whose run meets the deadline.
 
@@ -596,34 +607,126 @@ def check_capstone_workers(answer: int | None, work: Any, cluster: Any) -> bool:
     if answer is None:
         print(f"[{name}] not answered yet: replace None with a number of workers.")
         return False
-    n = int(answer)
-    if n < 1:
-        print(f"[{name}] not quite: a cluster has at least 1 worker, you gave {answer!r}")
+    problem = _cluster_problem(int(answer), work, cluster)
+    if problem:
+        print(f"[{name}] not quite: {problem}")
         return False
-    fits = float(cluster.run_hours(n, work.training_hours)) <= work.budget_hours
-    smaller_fits = n > 1 and float(cluster.run_hours(n - 1, work.training_hours)) <= work.budget_hours
-    if not fits:
-        print(
-            f"[{name}] not quite: {n} workers take longer than the {work.budget_hours * 60:.0f} min left for training"
-        )
-        return False
-    if smaller_fits:
-        print(f"[{name}] not quite: {n - 1} workers meet the deadline too; find the smallest")
-        return False
-    print(f"[{name}] correct: {n} workers")
+    print(f"[{name}] correct: {int(answer)} workers")
     return True
 
 
-def check_warm_fraction_alone(answer: float | None, work: Any) -> bool:
-    """Exercise (lesson 08): the largest warm-start share that fits the job on one GPU within the deadline."""
+def check_capstone_decision(
+    answer: Any, work: Any, cluster: Any, *, usd_per_gpu_hour: float, code_lines: dict[str, int]
+) -> bool:
+    """Exercise (lesson 08): the option, workers and cost per day the table's rule gives for other inputs.
+
+    Judged by the definitions, not by a second call of the decision: the workers are the smallest cluster
+    that meets the deadline, the cost is workers x hours per run x price x runs a day, and of B and E (one
+    cluster, one price) the rule takes the one that adds fewer lines.
+    """
+    name = "decision for other inputs"
     if answer is None:
-        print("[warm start alone] not answered yet: replace None with a fraction (0.5 = half a from-scratch run).")
+        print(f"[{name}] not answered yet: replace None with verdict(...)'s result for these inputs.")
         return False
-    expected = work.budget_hours / (work.job_hours * work.growth)
-    return report(
-        "warm start alone",
-        answer,
-        expected,
-        rel_tol=0.01,
-        hint="the hours left for training once the overheads are paid / the from-scratch hours",
+    try:
+        choice, n, usd = (
+            (answer["choice"], answer["workers"], answer["$ per day"]) if isinstance(answer, dict) else answer
+        )
+        n, usd = int(n), float(usd)
+    except (KeyError, TypeError, ValueError):
+        print(f"[{name}] not quite: give verdict(...)'s result, or (choice, workers, $ per day); you gave {answer!r}")
+        return False
+    problem = _cluster_problem(n, work, cluster)
+    if problem:
+        print(f"[{name}] not quite: {problem}")
+        return False
+    hours = float(cluster.run_hours(n, work.training_hours)) + work.overhead_minutes / 60
+    runs = 24 / work.deadline_hours
+    cost = n * hours * usd_per_gpu_hour * runs
+    if abs(usd - cost) > max(1.0, 0.005 * cost):
+        print(
+            f"[{name}] not quite: {n} workers x {hours:.2f} h a run x ${usd_per_gpu_hour:g} x {runs:g} runs a day "
+            f"is ${cost:,.0f}, you gave ${usd:,.0f}"
+        )
+        return False
+    fewer = min(("B", "E"), key=lambda k: code_lines[k])
+    if not str(choice).startswith(fewer):
+        print(
+            f"[{name}] not quite: B and E need the same cluster at the same price, and at equal cost the rule "
+            f"takes the fewer lines: {fewer} ({code_lines[fewer]} lines)"
+        )
+        return False
+    print(f"[{name}] correct: {choice}, {n} workers, ${usd:,.0f} a day")
+    return True
+
+
+#: The option table's columns that could separate two options, and the Option attribute each shows.
+OPTION_COLUMNS = {
+    "meets the hour": "meets_deadline",
+    "hours per run": "hours_per_run",
+    "instances": "instances",
+    "$ per day": "usd_per_day",
+    "lines of code": "code_lines",
+}
+
+
+def check_capstone_tiebreak(answer: str | None, tables: list[list[Any]]) -> bool:
+    """Exercise (lesson 08): the column that separates B from E, judged on every table of a grid of inputs.
+
+    The expected answer is read off the tables: the columns in which B's and E's rows ever differ.
+    """
+    name = "what separates B from E"
+    if answer is None:
+        print(f"[{name}] not answered yet: replace None with one of {list(OPTION_COLUMNS)}.")
+        return False
+    from utils import capstone
+
+    differ, b_chosen, decided = set(), 0, 0
+    for options in tables:
+        b = next(o for o in options if o.name.startswith("B"))
+        e = next(o for o in options if o.name.startswith("E"))
+        differ |= {col for col, attr in OPTION_COLUMNS.items() if getattr(b, attr) != getattr(e, attr)}
+        try:
+            b_chosen += capstone.decide(options).option is b
+            decided += 1
+        except ValueError:  # no option meets that deadline
+            pass
+    print(
+        f"[{name}] over {len(tables)} tables ({decided} with a choice), B's and E's rows differ in: "
+        f"{', '.join(sorted(differ)) or 'nothing'}; B was chosen {b_chosen} times"
     )
+    expected = next(iter(differ)) if len(differ) == 1 else tuple(sorted(differ))
+    return report(name, answer, expected, hint="compare B's and E's rows: which column is ever different?")
+
+
+def check_warm_fraction_alone(answer: float | None, work: Any) -> bool:
+    """Exercise (lesson 08): the largest warm-start share that fits the job on one GPU within the deadline.
+
+    Judged by the property: with that share the one-GPU run fits what is left of the deadline, and with
+    1 % more it does not (or the share is already 1: the job fits from scratch).
+    """
+    from dataclasses import replace
+
+    name = "warm start alone"
+    if answer is None:
+        print(f"[{name}] not answered yet: replace None with a fraction (0.5 = half a from-scratch run).")
+        return False
+    share = float(answer)
+    if not 0 < share <= 1:
+        print(f"[{name}] not quite: a share of a from-scratch run lies in (0, 1], you gave {answer!r}")
+        return False
+
+    def hours(s: float) -> float:
+        return replace(work, warm_fraction=s).training_hours
+
+    if hours(share) > work.budget_hours * (1 + 1e-9):
+        print(
+            f"[{name}] not quite: needing {share:.1%} of a from-scratch run, one GPU trains {hours(share):.2f} h, more "
+            f"than the {work.budget_hours * 60:.0f} min left once the overheads are paid"
+        )
+        return False
+    if share < 1 and hours(min(1.0, share * 1.01)) <= work.budget_hours:
+        print(f"[{name}] not quite: a warm start needing 1 % more than {share:.1%} would still fit; find the largest")
+        return False
+    print(f"[{name}] correct: {share:.1%} of a from-scratch run")
+    return True
