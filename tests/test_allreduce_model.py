@@ -84,3 +84,22 @@ def test_bad_inputs_get_clear_errors():
 def test_measured_gamma_is_a_plausible_time_per_byte():
     gamma = am.measure_gamma(1 << 20, repeats=3)
     assert 1e-13 < gamma < 1e-8  # between 100 TB/s and 100 MB/s for adding floats on one core
+
+
+def test_fit_links_recovers_each_set_rate_from_its_own_rows():
+    rows = []
+    rng = np.random.default_rng(1)
+    for rate_bits, noise in ((200e6, 0.02), (1e9, 0.02)):
+        for n in (2, 3, 4):
+            for b in (1 << 18, 1 << 20, 4 << 20, 8 << 20):
+                t = am.ring_seconds(n, b, 50e-6, rate_bits / 8, GAMMA, 2e-3) * (1 + rng.uniform(-noise, noise))
+                rows.append({"np": n, "bytes": b, "best_seconds": t, "link": f"{rate_bits:g}", "link_bps": rate_bits})
+    # a small message far off the model: below min_bytes, it must not count
+    rows.append({"np": 2, "bytes": 1 << 10, "best_seconds": 1.0, "link": "2e+08", "link_bps": 200e6})
+    fits = am.fit_links(rows, gamma=GAMMA)
+    assert [f.link for f in fits] == ["2e+08", "1e+09"]
+    for f in fits:
+        assert f.bandwidth_ratio == pytest.approx(1.0, abs=0.03)
+        assert f.worst_error < 0.03
+    with pytest.raises(ValueError, match="link_bps"):
+        am.fit_links([{"np": 2, "bytes": 1, "best_seconds": 1.0}], gamma=0.0)

@@ -31,3 +31,20 @@ def test_ring_time_hardly_grows_with_n_but_parameter_server_does():
     ps = commcost.parameter_server_seconds(np.array([2, 256]), 1e8, bw, 0.0)
     assert ps[1] / ps[0] == pytest.approx(128)
     assert commcost.ring_allreduce_seconds(1, 1e8, bw, 1.0) == 0
+
+
+def test_aes_gcm_rates_are_real_and_positive():
+    enc, dec = commcost.aes_gcm_rates(1 << 16, repeats=2)
+    assert enc > 1e6 and dec > 1e6  # any CPU of this decade seals more than a megabyte a second
+    with pytest.raises(ValueError):
+        commcost.aes_gcm_rates(8)
+
+
+def test_encrypted_slowdown_in_turn_and_pipelined():
+    # a link of 100 B/s, encryption at 400 B/s, decryption at 400 B/s: in turn 1 + 0.25 + 0.25 = 1.5x,
+    # pipelined the link stays the slowest stage: 1x
+    assert commcost.encrypted_slowdown(100, 400, 400) == pytest.approx((1.5, 1.0))
+    # a link faster than the cipher: pipelined, the cipher sets the pace
+    assert commcost.encrypted_slowdown(1000, 500, 1000) == pytest.approx((1 + 2 + 1, 2.0))
+    with pytest.raises(ValueError):
+        commcost.encrypted_slowdown(0, 1, 1)

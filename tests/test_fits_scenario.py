@@ -266,3 +266,15 @@ def test_code_change_sorts_the_added_lines():
 
 def test_source_lines_skip_blank_and_comment_lines():
     assert scenario.source_lines('"""Doc."""\n\n# a comment\nx = 1  # kept\n    # indented comment\ny = 2\n') == 3
+
+
+def test_predicted_efficiency_and_the_binding_rate_by_hand():
+    # one rank: 1.0 s a step; two ranks compute 1.1 s each (they share the machine), 0.05 s fixed cost,
+    # 10 MB of gradients: the ring sends 10 MB through each link; at 10 MB/s that is 1 s more.
+    eff = scenario.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05)
+    assert eff == pytest.approx([1 / 2.15, 1 / 1.25])
+    # the link at which the 10 MB take as long as the 1.1 s computation
+    assert scenario.binding_rate(2, 10e6, 1.1) == pytest.approx(10e6 / 1.1)
+    assert scenario.binding_rate(4, 10e6, 1.0) == pytest.approx(15e6)
+    with pytest.raises(ValueError):
+        scenario.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)

@@ -138,8 +138,9 @@ class RingFit:
         return ring_seconds(n, nbytes, self.alpha, self.bandwidth, self.gamma, self.overhead)
 
 
-def fit_ring(n: Sequence[int], nbytes, seconds, gamma: float) -> RingFit:
-    """Fit overhead, alpha and B of `ring_seconds` to times measured at several N (gamma measured apart)."""
+def fit_ring(n: Sequence[int], nbytes, seconds, gamma: float, minimax: bool = True) -> RingFit:
+    """Fit overhead, alpha and B of `ring_seconds` to times measured at several N (gamma measured apart), minimising
+    the largest relative error (or, with `minimax=False`, the sum of squared relative errors)."""
     n_, b, t = (np.asarray(v, dtype=float) for v in (n, nbytes, seconds))
     if not (n_.shape == b.shape == t.shape) or len(set(n_.tolist())) < 2:
         raise ValueError("give (n, bytes, seconds) rows of equal length for at least two values of n")
@@ -148,7 +149,7 @@ def fit_ring(n: Sequence[int], nbytes, seconds, gamma: float) -> RingFit:
     target = t - (n_ - 1) / n_ * b * gamma  # what is left for the links and latencies
     if np.any(target <= 0):
         raise ValueError("gamma is larger than the measured times allow: measure it on the same machine")
-    c0, c1, c2 = _solve([np.ones_like(b), 2 * (n_ - 1), 2 * (n_ - 1) / n_ * b], target)
+    c0, c1, c2 = _solve([np.ones_like(b), 2 * (n_ - 1), 2 * (n_ - 1) / n_ * b], target, 200 if minimax else 1)
     if c2 <= 0:
         raise ValueError("the times do not grow with size: no bandwidth can be fitted")
     return RingFit(float(c0), float(c1), 1 / float(c2), gamma)
@@ -166,3 +167,36 @@ def measure_gamma(nbytes: int, repeats: int = 20) -> float:
         np.add(a, b, out=a)
         best = min(best, time.perf_counter() - start)
     return best / a.nbytes
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """The ring model fitted to allreduces over links of one set rate: the fit, and how it compares."""
+
+    link: str
+    set_bytes_per_s: float  # NaN on loopback, where no rate was set
+    fit: RingFit
+    worst_error: float  # largest |predicted / measured - 1| over the rows fitted
+
+    @property
+    def bandwidth_ratio(self) -> float:
+        """Fitted link bandwidth over the set one (NaN on loopback)."""
+        return self.fit.bandwidth / self.set_bytes_per_s
+
+
+def fit_links(rows, gamma: float, min_bytes: int = 1 << 20) -> list[LinkFit]:
+    """One `fit_ring` per link rate in measurement rows (utils.bench.measure_allreduce's, with `link` and
+    `link_bps`), on the best times of messages of at least `min_bytes` bytes, by least squares of the relative
+    errors (one call slowed by another program does not pull the fitted bandwidth as a minimax fit would)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    missing = {"np", "bytes", "best_seconds", "link", "link_bps"} - set(df.columns)
+    if missing:
+        raise ValueError(f"rows lack the columns {sorted(missing)}: measure them with utils.bench.measure_allreduce")
+    out = []
+    for link, group in df[df.bytes >= min_bytes].groupby("link", sort=False):
+        fit = fit_ring(group.np, group.bytes, group.best_seconds, gamma=gamma, minimax=False)
+        worst = float(np.max(np.abs(fit.predict(group.np, group.bytes) / group.best_seconds - 1)))
+        out.append(LinkFit(str(link), float(group.link_bps.iloc[0]) / 8, fit, worst))
+    return out

@@ -17,27 +17,40 @@ ALLREDUCE_WORKER = paths.WORKERS / "allreduce_worker.py"
 #: Message sizes (bytes) of the allreduce benchmark: full mode, and smoke mode.
 FULL_SIZES = [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 SMOKE_SIZES = [4 << 10, 256 << 10, 4 << 20]
+#: `measure_allreduce(..., bandwidth=LOOPBACK)`: every rank on this machine's loopback, not on the network lab.
+LOOPBACK = "loopback"
 
 
 def measure_allreduce(
-    ranks: Sequence[int], sizes: Sequence[int], repeats: int, timeout: float = 600, env: dict[str, str] | None = None
+    ranks: Sequence[int],
+    sizes: Sequence[int],
+    repeats: int,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    bandwidth: str | float | None = LOOPBACK,
 ) -> list[dict[str, Any]]:
-    """Time Horovod's allreduce on each number of ranks (extra environment `env`); one row per (ranks, size)."""
+    """Time Horovod's allreduce on each number of ranks (extra environment `env`); one row per (ranks, size).
+
+    `bandwidth` LOOPBACK (the default): every rank on this machine's loopback (`horovodrun -H localhost:N`);
+    a rate such as '200mbit' (or None, unshaped): one rank on each of N hosts of the network lab."""
     if not sizes or any(int(s) < 4 for s in sizes):
         raise ValueError(f"sizes must be byte counts of at least 4 (one float32), got {list(sizes)}")
     cpu = envinfo.cpu_info()
+    args = ["--mode", "sizes", "--repeats", str(repeats), "--sizes", *map(str, sorted(sizes))]
     rows = []
     for n in ranks:
         start = time.perf_counter()
-        run = launch.launch_horovodrun(
-            ALLREDUCE_WORKER,
-            np=n,
-            args=["--mode", "sizes", "--repeats", str(repeats), "--sizes", *map(str, sorted(sizes))],
-            threads=1,
-            timeout=timeout,
-            env=env,
-            stream=False,
-        )
+        if bandwidth is LOOPBACK:
+            run = launch.launch_horovodrun(
+                ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=False
+            )
+            link, link_bps = "loopback", float("nan")
+        else:
+            from utils import netlab
+
+            with netlab.Lab(n, bandwidth) as lab:
+                run = lab.launch_horovod(ALLREDUCE_WORKER, args, timeout=timeout, env=env, stream=False)
+            link, link_bps = netlab.describe_rate(lab.bandwidth), lab.bandwidth or float("nan")
         for r in run.records():
             algbw = r["bytes"] / r["best_seconds"] / 1e9
             rows.append(
@@ -49,11 +62,17 @@ def measure_allreduce(
                     "algbw_GBps": algbw,
                     "busbw_GBps": algbw * 2 * (n - 1) / n,
                     "repeats": r["repeats"],
+                    "link": link,
+                    "link_bps": link_bps,
                     "cpu_model": cpu.model,
                     "usable_cores": cpu.usable_cores,
                 }
             )
-        print(f"allreduce on {n} ranks: {len(sizes)} sizes measured in {time.perf_counter() - start:.0f} s", flush=True)
+        where = "" if bandwidth is LOOPBACK else f" over {link} links"
+        print(
+            f"allreduce on {n} ranks{where}: {len(sizes)} sizes measured in {time.perf_counter() - start:.0f} s",
+            flush=True,
+        )
     return rows
 
 

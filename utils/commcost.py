@@ -64,3 +64,37 @@ def parameter_server_seconds(
 def gbit_to_bytes_per_s(gbit_per_s: float) -> float:
     """Convert a link speed in Gb/s to bytes per second."""
     return gbit_per_s * 1e9 / 8
+
+
+def aes_gcm_rates(nbytes: int = 4 << 20, repeats: int = 5) -> tuple[float, float]:
+    """Bytes per second that one core of this machine encrypts and decrypts with AES-256-GCM (best of `repeats`)."""
+    import os
+    import time
+
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    if nbytes < 16 or repeats < 1:
+        raise ValueError(f"nbytes must be at least 16 and repeats at least 1, got {nbytes}, {repeats}")
+    aead, nonce, data = AESGCM(AESGCM.generate_key(bit_length=256)), os.urandom(12), os.urandom(nbytes)
+    best_enc = best_dec = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        sealed = aead.encrypt(nonce, data, None)
+        middle = time.perf_counter()
+        opened = aead.decrypt(nonce, sealed, None)
+        best_enc, best_dec = min(best_enc, middle - start), min(best_dec, time.perf_counter() - middle)
+    if opened != data:
+        raise RuntimeError("AES-GCM did not give back the bytes it sealed")
+    return nbytes / best_enc, nbytes / best_dec
+
+
+def encrypted_slowdown(
+    link_bytes_per_s: float, encrypt_bytes_per_s: float, decrypt_bytes_per_s: float
+) -> tuple[float, float]:
+    """How much longer a byte takes to cross a link when the sender encrypts it and the receiver decrypts it:
+    (in turn: link + encrypt + decrypt times, the worst case; pipelined: the slowest of the three, the best)."""
+    rates = np.array([link_bytes_per_s, encrypt_bytes_per_s, decrypt_bytes_per_s], dtype=float)
+    if np.any(rates <= 0):
+        raise ValueError(f"rates must be positive bytes per second, got {rates.tolist()}")
+    plain = 1 / rates[0]
+    return float(np.sum(1 / rates) / plain), float(np.max(1 / rates) / plain)

@@ -379,7 +379,10 @@ class Lab:
         n = len(self.hosts)
         if n < 2:
             raise ValueError("measuring links needs at least 2 hosts")
-        cmd = [sys.executable, "-m", "utils.netlab", "_linktest", str(seconds)]
+        # Every host pings first, then all send together from one moment on (the hosts share this machine's clock),
+        # so that no round trip waits behind a full queue.
+        start_at = time.time() + 1.0 + 0.25 * n
+        cmd = [sys.executable, "-m", "utils.netlab", "_linktest", str(seconds), repr(start_at)]
         result = self.run([cmd] * n, timeout=timeout, stream=False)
         records = result.records()
         return [
@@ -595,7 +598,7 @@ def _holder_main(spec: dict[str, Any]) -> None:
         for h in hosts:
             if _read_line(h.stdout, 20).strip() != "up":
                 raise LabError("a host did not come up")
-        burst = max(64 * 1024, int(rate / 8 * 0.002)) if rate else 0  # 2 ms of traffic, at least 64 KiB
+        burst = max(3 * MTU, int(rate / 8 * 0.001)) if rate else 0  # 1 ms of traffic, at least 3 frames
         shape = {"rate": f"{int(rate)}bit", "burst": burst, "latency": "100ms"} if rate else None
         with IPRoute() as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
@@ -631,7 +634,7 @@ def _holder_main(spec: dict[str, Any]) -> None:
     teardown()
 
 
-def _linktest_main(seconds: float) -> None:
+def _linktest_main(seconds: float, start_at: float) -> None:
     """On every host: receive from the previous host and send to the next for `seconds`; print the rate received
     in the steady middle of the window and the median round trip of a 1-byte message to the next host."""
     import socket
@@ -673,6 +676,7 @@ def _linktest_main(seconds: float) -> None:
         out.recv(1)
         rtts.append(time.perf_counter() - start)
     chunk = b"x" * (1 << 20)
+    time.sleep(max(0.0, start_at - time.time()))
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         out.sendall(chunk)
@@ -731,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _host_main(argv[1], argv[2])
         return 0
     if argv[:1] == ["_linktest"]:
-        _linktest_main(float(argv[1]))
+        _linktest_main(float(argv[1]), float(argv[2]))
         return 0
     if argv[:1] == ["_rendezvous"]:
         _rendezvous_main(int(argv[1]), argv[2])

@@ -169,3 +169,29 @@ def productivity_tier(seconds: float) -> tuple[str, str]:
         if seconds < bound:
             return tier, meaning
     raise AssertionError("unreachable: the last tier has no bound")
+
+
+def predicted_efficiency(
+    one_rank_step: float,
+    n: int,
+    compute_step: float,
+    grad_bytes: float,
+    link_bytes_per_s,
+    fixed_seconds: float = 0.0,
+    step_latency: float = 0.0,
+) -> np.ndarray:
+    """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
+    step, which is the computation (`compute_step`, measured with N processes busy), the allreduce's fixed cost
+    and the ring's traffic through links of `link_bytes_per_s` (no overlap of the two assumed)."""
+    rates = np.asarray(link_bytes_per_s, dtype=float)
+    if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
+        raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
+    step = compute_step + fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
+    return one_rank_step / step
+
+
+def binding_rate(n: int, grad_bytes: float, compute_step: float) -> float:
+    """The link rate (bytes/s) below which a step's ring allreduce takes longer than its computation."""
+    if n < 2 or compute_step <= 0:
+        raise ValueError("n must be at least 2 and compute_step positive")
+    return 2 * (n - 1) / n * grad_bytes / compute_step
