@@ -474,3 +474,104 @@ def test_a_failed_run_keeps_its_logs_for_reading():
             stream=False,
         )
     assert "why" in (err.value.log_dir / "worker-0.log").read_text()
+
+
+#: Worker 1 stops itself (SIGSTOP); worker 0 waits for it, then gives up as Gloo does (its own words) and exits.
+STOPPED_PEER = """
+    import json, os, signal, sys, time
+    rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    wait = float(sys.argv[1])
+    if rank == 1:
+        print("worker 1 stops", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP if sys.argv[2] == "stop" else signal.SIGCONT)
+        time.sleep(120)
+    time.sleep(wait)
+    if wait < 60:
+        print(f"[gloo/transport/tcp/unbound_buffer.cc:84] Timed out waiting {wait * 1000:.0f}ms for recv operation "
+              "to complete", flush=True)
+        sys.exit(1)
+"""
+
+
+def test_a_stopped_worker_is_named_not_the_peer_that_timed_out_waiting_for_it(tmp_path, no_leftovers):
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "stopped.py", STOPPED_PEER), 2, args=[3, "stop"], timeout=60, stream=False
+        )
+    assert err.value.rank == 1, err.value.reason
+    assert err.value.reason.startswith("worker 1 was stopped (process state T")
+    assert "worker 0 exited with code 1" in err.value.reason
+    assert "Timed out waiting 3000ms for recv operation to complete" in err.value.reason, "the framework's own words"
+
+
+def test_a_worker_that_still_runs_when_its_peer_times_out_is_named(tmp_path, no_leftovers):
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "mute.py", STOPPED_PEER), 2, args=[3, "run"], timeout=60, stream=False
+        )
+    assert err.value.rank == 1, err.value.reason
+    assert err.value.reason.startswith("worker 1 stopped responding (it was still running when worker 0 gave up")
+    assert "Timed out waiting 3000ms" in err.value.reason
+
+
+def test_a_worker_stopped_for_long_ends_the_run_before_any_timeout(tmp_path, no_leftovers):
+    start = time.monotonic()
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "stopped.py", STOPPED_PEER), 2, args=[120, "stop"], timeout=90, stream=False
+        )
+    assert time.monotonic() - start < 30, "the stopped worker must end the run, not the timeout of 90 s"
+    assert err.value.rank == 1, err.value.reason
+    assert err.value.reason.startswith("worker 1 was stopped (process state T"), err.value.reason
+
+
+HVD_STOPPED = """
+    import os, signal, time
+    import horovod.tensorflow as hvd
+    import tensorflow as tf
+    hvd.init()
+    for step in range(10000):
+        hvd.allreduce(tf.constant([1.0]), op=hvd.Sum)
+        if step == 20 and hvd.rank() == 1:
+            print("rank 1 stops", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(0.01)
+"""
+
+
+@needs_horovod
+def test_a_stopped_horovod_rank_is_named_with_glooss_timeout_line(tmp_path, no_leftovers):
+    """Gloo's timeout fires in rank 0: rank 1, which was stopped, is named, and Gloo's words are quoted."""
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_horovodrun(
+            script(tmp_path, "stopped.py", HVD_STOPPED),
+            2,
+            env={"HOROVOD_GLOO_TIMEOUT_SECONDS": "5"},
+            timeout=120,
+            stream=False,
+            stopped_after=None,  # the launcher waits: Gloo's timeout fires first
+        )
+    assert err.value.rank == 1, err.value.reason
+    assert err.value.reason.startswith("rank 1 was stopped (process state T"), err.value.reason
+    assert "Timed out waiting" in err.value.reason, "Gloo's own timeout line is quoted"
+
+
+HVD_KILLS_HOROVODRUN = """
+    import os, signal, time
+    import horovod.tensorflow as hvd
+    import psutil
+    hvd.init()
+    if hvd.rank() == 0:
+        # the outermost: horovodrun forks helpers that carry its command line too
+        runner = [p for p in psutil.Process().parents() if "horovodrun" in " ".join(p.cmdline())][-1]
+        runner.send_signal(signal.SIGKILL)
+    time.sleep(120)
+"""
+
+
+@needs_horovod
+def test_horovodrun_itself_killed_is_said_so_and_no_rank_is_blamed(tmp_path, no_leftovers):
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_horovodrun(script(tmp_path, "kill.py", HVD_KILLS_HOROVODRUN), 2, timeout=90, stream=False)
+    assert err.value.rank is None, err.value.reason
+    assert err.value.reason.startswith("horovodrun was killed by signal SIGKILL"), err.value.reason

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -178,3 +179,33 @@ def test_cli_says_nothing_when_nothing_is_left_and_explains_its_usage(var):
         [sys.executable, "-m", "utils.processes", "kill"], cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2 and "usage: python -m utils.processes stop VAR VALUE" in done.stderr
+
+
+def sigstop(pid: int) -> psutil.Process:
+    """SIGSTOP a process and wait until it is in the stopped state (the signal is delivered asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    handle, deadline = psutil.Process(pid), time.monotonic() + 10
+    while handle.status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert handle.status() == psutil.STATUS_STOPPED
+    return handle
+
+
+def test_a_stopped_process_is_ended_by_sigterm_at_once_not_after_the_grace():
+    """SIGTERM waits in a stopped (SIGSTOP) process's queue; stop() continues it so the SIGTERM acts at once."""
+    sleeper = start(SLEEPER)
+    handle = sigstop(sleeper.pid)
+    started = time.monotonic()
+    assert processes.stop([handle], grace=10) == []
+    assert time.monotonic() - started < 5, "a stopped process waited for the SIGKILL after the grace"
+    assert handle.returncode == -signal.SIGTERM, "ended by the SIGTERM, not the SIGKILL"
+
+
+def test_stopped_finds_only_processes_in_the_stopped_state():
+    running, stopped = start(SLEEPER), start(SLEEPER)
+    sigstop(stopped.pid)
+    try:
+        handles = [psutil.Process(running.pid), psutil.Process(stopped.pid)]
+        assert processes.stopped(handles) == [handles[1]]
+    finally:
+        assert processes.stop([psutil.Process(p.pid) for p in (running, stopped)]) == []

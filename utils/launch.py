@@ -44,6 +44,13 @@ GRACE = 3.0
 PORT_ATTEMPTS = 3
 #: What a tf.distribute worker prints when it cannot bind its port (gRPC, then TensorFlow).
 PORT_TAKEN = ("Address already in use", "Failed to add port", "Could not start gRPC server")
+#: Seconds a worker may stay stopped (process state T: SIGSTOP, Ctrl-Z) before the run is failed, naming it.
+STOPPED_AFTER = 10.0
+#: Seconds between two looks at the state of a run's processes.
+WATCH_EVERY = 0.5
+#: A line in which a framework gives up waiting for a peer: Gloo's timeout (Horovod), TensorFlow's
+#: health check of the cluster (MultiWorkerMirroredStrategy), gRPC's deadline.
+PEER_TIMEOUT = re.compile(r"Timed out waiting|Cluster check alive failed|DEADLINE_EXCEEDED|Deadline ?Exceeded")
 
 
 class WorkerError(RuntimeError):
@@ -214,7 +221,7 @@ def _stop_run(run_id: str, workers: Sequence[_Worker], grace: float = GRACE) -> 
         return [p for p in _processes_of_run(run_id, handles) if p not in handles]
 
     deadline = time.monotonic() + grace
-    processes.send(handles, signal.SIGTERM)
+    processes.terminate(handles)
     left = processes.stop(others(), grace)
     for w in workers:
         w.waiter.join(max(0.0, deadline - time.monotonic()))
@@ -225,12 +232,13 @@ def _stop_run(run_id: str, workers: Sequence[_Worker], grace: float = GRACE) -> 
     return left + [w.handle for w in workers if w.waiter.is_alive()]
 
 
-def _describe_failures(failed: Sequence[tuple[int, int]]) -> str:
+def _describe_failures(failed: Sequence[tuple[int, int]], names: Sequence[str] | None = None) -> str:
     """Name the first failure of (rank, exit code) pairs in order of exit, and the later ones as its consequences."""
     (rank, code), later = failed[0], failed[1:]
-    how = f"worker {rank} {_describe_exit(code)}"
+    name = (lambda r: names[r]) if names else (lambda r: f"worker {r}")
+    how = f"{name(rank)} {_describe_exit(code)}"
     if later:
-        then = ", then ".join(f"worker {r} {_describe_exit(c)}" for r, c in later)
+        then = ", then ".join(f"{name(r)} {_describe_exit(c)}" for r, c in later)
         why = "a consequence: its peer was gone" if len(later) == 1 else "consequences: their peer was gone"
         how += f"; then {then} ({why})"
     return how
@@ -254,6 +262,113 @@ def _is_noise(line: str) -> bool:
     return any(n in line for n in NOISE) or not line.strip()
 
 
+def _peer_timeout(text: str) -> str | None:
+    """The first line of `text` in which a framework gives up waiting for a peer (PEER_TIMEOUT), shortened."""
+    for line in text.splitlines():
+        if PEER_TIMEOUT.search(line):
+            line = line.split("<stderr>:", 1)[-1].split("<stdout>:", 1)[-1].strip()  # horovodrun's rank prefix
+            line = re.sub(r"(?<=[\s\[(])(?:[^\s/\[\]]*/)+([^\s/\]]+:\d+)", r"\1", line)  # source paths: file names
+            return line if len(line) <= 240 else "..." + line[-237:]
+    return None
+
+
+def _state(proc: psutil.Process) -> str | None:
+    """A process's state (psutil.STATUS_*), or None once it has ended."""
+    try:
+        return proc.status()
+    except psutil.Error:
+        return None
+
+
+class _Watch:
+    """What each rank of a run is doing, looked at every WATCH_EVERY s: since when it has been stopped
+    (process state T), whether it ever was, and when it was first seen without a live process.
+
+    A rank is a worker (its process and their descendants), or, with `rank_env`, every process of the run
+    whose environment names that rank (the ranks that horovodrun starts).
+    """
+
+    def __init__(self, run_id: str, workers: Sequence[_Worker], rank_env: str | None):
+        self.run_id, self.workers, self.rank_env = run_id, workers, rank_env
+        self.stopped_since: dict[int, float] = {}  # continuously stopped since
+        self.was_stopped: dict[int, float] = {}  # first seen stopped
+        self.gone: dict[int, float] = {}  # first seen with no live process
+        self.seen: set[int] = set()
+        self.last = -WATCH_EVERY
+
+    def _ranks(self) -> dict[int, list[psutil.Process]]:
+        found: dict[int, list[psutil.Process]] = {}
+        if self.rank_env:
+            for proc in processes.marked(RUN_MARKER, self.run_id):
+                try:
+                    found.setdefault(int(proc.environ()[self.rank_env]), []).append(proc)
+                except (psutil.Error, OSError, KeyError, ValueError):
+                    continue
+            return found
+        for w in self.workers:
+            try:
+                found[w.rank] = [w.handle, *w.handle.children(recursive=True)]
+            except psutil.Error:  # it has ended
+                continue
+        return found
+
+    def look(self, force: bool = False) -> None:
+        """Note each rank's state, unless the last look was less than WATCH_EVERY s ago (or `force`)."""
+        now = time.monotonic()
+        if not force and now - self.last < WATCH_EVERY:
+            return
+        self.last, live = now, set()
+        for rank, procs in self._ranks().items():
+            states = [st for st in map(_state, procs) if st not in (None, psutil.STATUS_ZOMBIE)]
+            if not states:
+                continue
+            live.add(rank)
+            if psutil.STATUS_STOPPED in states:
+                self.stopped_since.setdefault(rank, now)
+                self.was_stopped.setdefault(rank, now)
+            else:
+                self.stopped_since.pop(rank, None)
+        for rank in self.seen - live:
+            self.gone.setdefault(rank, now)
+            self.stopped_since.pop(rank, None)
+        self.seen |= live
+
+    def stopped_for(self, seconds: float) -> int | None:
+        """The rank that has been stopped longest, if for at least `seconds`."""
+        now = time.monotonic()
+        longest = sorted((since, rank) for rank, since in self.stopped_since.items() if now - since >= seconds)
+        return longest[0][1] if longest else None
+
+
+def _blame(
+    watch: _Watch, first: int, how: str, text: str, still_running: Sequence[int], noun: str
+) -> tuple[int | None, str]:
+    """Who made the run fail, when `noun` `first` failed first (`how`, its output `text`).
+
+    A peer that was stopped (state T) is the cause, and `first` gave up waiting for it. A peer still
+    running when `first` reported a framework's timeout (PEER_TIMEOUT) stopped responding. Otherwise
+    `first` is. The framework's timeout line is quoted.
+    """
+    line = _peer_timeout(text)
+    said = f", saying: '{line}'" if line else ""
+    stopped = sorted((t, r) for r, t in watch.was_stopped.items() if r != first)
+    if stopped:
+        culprit = stopped[0][1]
+        return culprit, (
+            f"{noun} {culprit} was stopped (process state T: a SIGSTOP, or Ctrl-Z), so it answered none of its "
+            f"peers; then {how} (a consequence: it gave up waiting for {noun} {culprit}{said})"
+        )
+    others = [r for r in still_running if r != first]
+    if line and len(others) == 1:
+        return others[0], (
+            f"{noun} {others[0]} stopped responding (it was still running when {noun} {first} gave up waiting "
+            f"for it); {how}{said}"
+        )
+    if line and others:
+        return None, f"{how}{said}; {noun}s {others} were still running: one of them stopped responding"
+    return first, how + said
+
+
 def run_workers(
     commands: Sequence[Sequence[str]],
     envs: Sequence[dict[str, str]],
@@ -265,11 +380,18 @@ def run_workers(
     explain_failure: Callable[[str], tuple[int, str] | None] | None = None,
     explain_hang: Callable[[], tuple[int | None, str] | None] | None = None,
     until: Sequence[int] | None = None,
+    names: Sequence[str] | None = None,
+    rank_env: str | None = None,
+    stopped_after: float | None = STOPPED_AFTER,
 ) -> RunResult:
     """Start one process per command, wait for all of them, and clean up whatever happens.
 
     With `until`, the run is over when those ranks have exited successfully; the others are servers
     that run until they are stopped (a server that exits, or fails, before then fails the run).
+    `names` names the processes in messages ("worker i" by default; e.g. "horovodrun", a launcher
+    that fails by itself blames no rank). With `rank_env`, ranks are the run's processes that carry
+    that variable (HOROVOD_RANK), and their lines in the one log are marked "[rank]<stdout>:".
+    A rank stopped (state T) for `stopped_after` s fails the run (None: never).
     """
     if not commands:
         raise ValueError("no worker to start: give at least one command")
@@ -286,6 +408,15 @@ def run_workers(
     ended = threading.Event()  # set by a waiter thread whenever its worker ends
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
+    noun = "rank" if rank_env else "worker"
+    watch = _Watch(run_id, workers, rank_env)
+
+    def text_of(rank: int) -> str:
+        """What rank `rank` printed: its worker's log, or its lines in the launcher's log (rank_env)."""
+        if not rank_env:
+            return workers[rank].log.read_text(errors="replace")
+        lines = workers[0].log.read_text(errors="replace").splitlines()
+        return "\n".join(ln for ln in lines if ln.startswith(f"[{rank}]<"))
 
     def pump() -> None:
         """Print the lines the workers wrote since the last call."""
@@ -307,12 +438,33 @@ def run_workers(
         while True:
             ended.clear()
             pump()
+            watch.look()
             # In order of exit: when one worker dies, its peers fail next (connection errors), not first.
             failed = sorted((w.exit, w.rank) for w in workers if w.exit is not None and w.exit[1] != 0)
             if failed:
+                watch.look(force=True)
                 first = workers[failed[0][1]]
                 explained = explain_failure(first.log.read_text(errors="replace")) if explain_failure else None
-                failure = explained or (first.rank, _describe_failures([(r, e[1]) for e, r in failed]))
+                if explained:  # a rank of the launcher's, named in its output
+                    gone_at = watch.gone.get(explained[0], float("inf"))
+                    running = [r for r in watch.seen if watch.gone.get(r, float("inf")) > gone_at]
+                    failure = _blame(watch, explained[0], explained[1], text_of(explained[0]), running, noun)
+                elif names:  # the launcher itself failed: no rank is to blame
+                    how = _describe_failures([(r, e[1]) for e, r in failed], names)
+                    failure = (None, f"{how}; every process it had started was stopped with it")
+                else:
+                    how = _describe_failures([(r, e[1]) for e, r in failed])
+                    running = [w.rank for w in workers if w.exit is None]
+                    failure = _blame(watch, first.rank, how, text_of(first.rank), running, noun)
+                break
+            culprit = watch.stopped_for(stopped_after) if stopped_after is not None else None
+            if culprit is not None:
+                failure = (
+                    culprit,
+                    f"{noun} {culprit} was stopped (process state T: a SIGSTOP, or Ctrl-Z) for {stopped_after:g} s: "
+                    f"a stopped {noun} answers none of its peers, so the run could not go on "
+                    f"(send it SIGCONT to let it continue, or find what stops it)",
+                )
                 break
             if all(w.exit is not None for w in workers):
                 break
@@ -325,9 +477,21 @@ def run_workers(
                     break
             if time.monotonic() - start > timeout:
                 running = [w.rank for w in workers if w.exit is None]
-                failure = (explain_hang() if explain_hang else None) or (
-                    running[0] if len(running) == 1 else None,
-                    f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s",
+                stopped = sorted(watch.stopped_since, key=watch.stopped_since.get)
+                failure = (
+                    (
+                        (
+                            stopped[0],
+                            f"hung: {noun} {stopped[0]} was stopped (process state T) at the timeout of {{timeout}} s",
+                        )
+                        if stopped
+                        else None
+                    )
+                    or (explain_hang() if explain_hang else None)
+                    or (
+                        running[0] if len(running) == 1 else None,
+                        f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s",
+                    )
                 )
                 failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
@@ -413,11 +577,13 @@ def launch_tf_workers(
     env: dict[str, str] | None = None,
     stream: bool | Callable[[str], bool] = True,
     log_dir: Path | None = None,
+    stopped_after: float | None = STOPPED_AFTER,
 ) -> RunResult:
     """Run `script` as `n` tf.distribute workers on localhost, each with its own TF_CONFIG.
 
     TensorFlow binds the workers' ports itself, so another program can take one between the moment it
     is picked and then: a run that fails that way is started again on fresh ports (`PORT_ATTEMPTS` in all).
+    A worker stopped (state T) for `stopped_after` s fails the run (see `run_workers`).
     """
     _check_count(n, "the number of workers")
     path = _check_script(script)
@@ -432,7 +598,15 @@ def launch_tf_workers(
             e["TF_CONFIG"] = json.dumps(tf_config(n, index, ports))
             envs.append(e)
         try:
-            return run_workers(commands, envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream)
+            return run_workers(
+                commands,
+                envs,
+                timeout=timeout,
+                run_id=run_id,
+                log_dir=log_dir,
+                stream=stream,
+                stopped_after=stopped_after,
+            )
         except WorkerError as err:
             if attempt == PORT_ATTEMPTS or not _port_taken(err.log_dir, n):
                 raise
@@ -566,10 +740,12 @@ def launch_horovodrun(
     stream: bool | Callable[[str], bool] = True,
     log_dir: Path | None = None,
     horovodrun_args: Sequence[str] = (),
+    stopped_after: float | None = STOPPED_AFTER,
 ) -> RunResult:
     """Run `script` on `np` local ranks with `horovodrun --gloo -np N -H localhost:N` (plus `horovodrun_args`).
 
-    With `--host-discovery-script` among `horovodrun_args` (elastic mode), `-H` is left out.
+    With `--host-discovery-script` among `horovodrun_args` (elastic mode), `-H` is left out. A rank
+    stopped (state T) for `stopped_after` s fails the run (see `run_workers`).
     """
     _check_count(np, "np (the number of ranks)")
     path = _check_script(script)
@@ -598,6 +774,9 @@ def launch_horovodrun(
         stream=stream,
         explain_failure=_horovodrun_failure,
         explain_hang=_horovod_hang(run_id),
+        names=["horovodrun"],
+        rank_env="HOROVOD_RANK",
+        stopped_after=stopped_after,
     )
 
 
@@ -643,6 +822,8 @@ def horovod_run(
         stream=stream,
         explain_failure=_horovodrun_failure,
         explain_hang=_horovod_hang(run_id),
+        names=["the horovod.run driver"],
+        rank_env="HOROVOD_RANK",
     )
     results = pickle.loads((work / "results.pkl").read_bytes())
     shutil.rmtree(work, ignore_errors=True)  # the job, its results and the logs of a run that succeeded

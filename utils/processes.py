@@ -59,6 +59,25 @@ def send(procs: Iterable[psutil.Process], sig: int) -> None:
                 pass
 
 
+def stopped(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """The processes that are stopped (state T: a SIGSTOP, or Ctrl-Z in a terminal): they run nothing until continued."""
+    found = []
+    for proc in procs:
+        try:
+            if proc.status() == psutil.STATUS_STOPPED:
+                found.append(proc)
+        except psutil.Error:  # ended, or another user's
+            continue
+    return found
+
+
+def terminate(procs: Sequence[psutil.Process]) -> None:
+    """SIGTERM each process still running, then SIGCONT the stopped ones: a stopped process acts on a signal
+    (other than SIGKILL) only once it is continued."""
+    send(procs, signal.SIGTERM)
+    send(stopped(procs), signal.SIGCONT)
+
+
 def wait(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process]:
     """Wait up to `timeout` s for the processes to end, collecting this process's children; return the rest."""
     deadline = time.monotonic() + timeout
@@ -71,8 +90,8 @@ def wait(procs: Iterable[psutil.Process], timeout: float) -> list[psutil.Process
 
 
 def stop(procs: Sequence[psutil.Process], grace: float = 3.0) -> list[psutil.Process]:
-    """SIGTERM the processes, SIGKILL those left after `grace` s, wait for all; return any that would not stop."""
-    send(procs, signal.SIGTERM)
+    """SIGTERM (and continue) the processes, SIGKILL those left after `grace` s, wait for all; return any left."""
+    terminate(procs)
     left = wait(procs, grace)
     send(left, signal.SIGKILL)
     return wait(left, grace)
