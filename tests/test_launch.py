@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -575,3 +576,34 @@ def test_horovodrun_itself_killed_is_said_so_and_no_rank_is_blamed(tmp_path, no_
         launch.launch_horovodrun(script(tmp_path, "kill.py", HVD_KILLS_HOROVODRUN), 2, timeout=90, stream=False)
     assert err.value.rank is None, err.value.reason
     assert err.value.reason.startswith("horovodrun was killed by signal SIGKILL"), err.value.reason
+
+
+def test_failed_runs_keep_only_the_newest_logs_in_the_courses_runs_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(launch, "LOG_ROOT", tmp_path / "logs")
+    monkeypatch.setattr(launch, "KEEP_LOGS", 3)
+    # An older run of another session that is still running: its folder must stay, whatever its age.
+    busy_env = launch.worker_env(1)
+    (tmp_path / "logs" / f"run-20000101-000000-{busy_env[launch.RUN_MARKER][:8]}").mkdir(parents=True)
+    busy = subprocess.Popen(SLEEPER, env=busy_env, stdout=subprocess.PIPE, text=True)
+    busy.stdout.readline()
+    try:
+        folders = []
+        for i in range(5):
+            env = launch.worker_env(1)
+            with pytest.raises(launch.WorkerError) as err:
+                launch.run_workers(
+                    [[sys.executable, "-c", f"print('run {i}'); raise SystemExit(3)"]],
+                    [env],
+                    timeout=60,
+                    run_id=env[launch.RUN_MARKER],
+                    stream=False,
+                )
+            folders.append(err.value.log_dir)
+            assert err.value.log_dir.parent == tmp_path / "logs"
+            assert f"Full logs: {err.value.log_dir}" in str(err.value) and "newest 3 failed runs" in str(err.value)
+    finally:
+        busy.kill()
+        busy.wait()
+    kept = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert kept == sorted([f"run-20000101-000000-{busy_env[launch.RUN_MARKER][:8]}", *(f.name for f in folders[-3:])])
+    assert "run 4" in (folders[-1] / "worker-0.log").read_text()

@@ -31,7 +31,7 @@ from typing import Any
 import portpicker
 import psutil
 
-from utils import TF_STARTUP_NOISE, processes
+from utils import TF_STARTUP_NOISE, paths, processes
 
 #: Environment variable that marks every process of one run, so clean-up finds them all.
 RUN_MARKER = "COURSE_LAUNCH_RUN_ID"
@@ -44,6 +44,10 @@ GRACE = 3.0
 PORT_ATTEMPTS = 3
 #: What a tf.distribute worker prints when it cannot bind its port (gRPC, then TensorFlow).
 PORT_TAKEN = ("Address already in use", "Failed to add port", "Could not start gRPC server")
+#: Where a run started without a log folder of its own keeps its logs: a run that succeeds removes its folder,
+#: a run that fails keeps it for reading, and only the newest KEEP_LOGS of them are kept.
+LOG_ROOT = paths.RUNS / "logs"
+KEEP_LOGS = 10
 #: Seconds a worker may stay stopped (process state T: SIGSTOP, Ctrl-Z) before the run is failed, naming it.
 STOPPED_AFTER = 10.0
 #: Seconds between two looks at the state of a run's processes.
@@ -258,6 +262,39 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text[-lines:]) or "(no output)"
 
 
+def _new_log_dir(run_id: str) -> Path:
+    """A log folder for a new run under LOG_ROOT (the system's temporary folder where that cannot be written),
+    once the oldest folders beyond the newest KEEP_LOGS are removed, except those of runs still running."""
+    root = LOG_ROOT
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        root = Path(tempfile.gettempdir())
+
+    def age(folder: Path) -> tuple[float, str]:
+        try:
+            return folder.stat().st_mtime, folder.name
+        except OSError:  # removed meanwhile by another run's clean-up
+            return 0.0, folder.name
+
+    mine = re.compile(r"run-\d{8}-\d{6}-[0-9a-f]{8}")
+    folders = sorted((p for p in root.glob("run-*") if mine.fullmatch(p.name) and p.is_dir()), key=age)
+    surplus = folders[: max(0, len(folders) - (KEEP_LOGS - 1))]
+    if surplus:
+        running = set()
+        for proc in processes.marked(RUN_MARKER):
+            try:
+                running.add(proc.environ()[RUN_MARKER][:8])
+            except (psutil.Error, OSError, KeyError):
+                continue
+        for folder in surplus:
+            if folder.name.rsplit("-", 1)[-1] not in running:
+                shutil.rmtree(folder, ignore_errors=True)
+    folder = root / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{run_id[:8]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def _is_noise(line: str) -> bool:
     return any(n in line for n in NOISE) or not line.strip()
 
@@ -400,7 +437,7 @@ def run_workers(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive (seconds), got {timeout}")
     own_logs = not log_dir  # a folder of the launcher's own: removed after a successful run, kept after a failure
-    log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="course-run-"))
+    log_dir = Path(log_dir) if log_dir else _new_log_dir(run_id)
     log_dir.mkdir(parents=True, exist_ok=True)
     show = stream if callable(stream) else (lambda line: not _is_noise(line)) if stream else None
     workers: list[_Worker] = []
@@ -521,7 +558,8 @@ def run_workers(
                 tails += f"\n--- last lines of rank {rank} ---\n" + "\n".join(mine[-LOG_TAIL_LINES:])
         raise WorkerError(
             f"The run failed after {seconds:.1f} s: {how}. Every process of the run was stopped.\n"
-            f"{tails}\nFull logs: {log_dir}",
+            f"{tails}\nFull logs: {log_dir}"
+            + (f" (the logs of the newest {KEEP_LOGS} failed runs are kept in {log_dir.parent})" if own_logs else ""),
             rank=rank,
             reason=how,
             log_dir=log_dir,
@@ -798,7 +836,7 @@ def horovod_run(
     import cloudpickle
 
     run_id = uuid.uuid4().hex
-    work = Path(tempfile.mkdtemp(prefix="course-hvdrun-"))
+    work = _new_log_dir(run_id)  # the job, its results and its logs (kept only if the run fails)
     # Functions from a notebook pickle by value already; those of another module (a test file, a
     # learner's own module) must too, since the driver process may not be able to import it.
     module = sys.modules.get(getattr(fn, "__module__", "") or "")
