@@ -411,3 +411,26 @@ def test_each_scheduled_run_gets_its_own_checkpoint_prefix():
     assert first["CheckpointConfig"]["S3Uri"] == f"{base}/aaaa1111"
     assert second["CheckpointConfig"]["S3Uri"] == f"{base}/bbbb2222", "a run must not resume the last run's epochs"
     sj.validate(first)
+
+
+def test_the_lab_link_keeps_the_clusters_ratio_of_allreduce_to_computation():
+    cluster = cap.Cluster(grad_bytes=100e6, step_seconds=0.5, link_gbps=25.0)
+    bps = cap.scaled_link_bps(cluster, lab_grad_bytes=10e6, lab_step_seconds=0.25)
+    assert bps == pytest.approx(25e9 * 0.1 * 2)  # a tenth of the bytes in half the time
+
+    # the same ratio: ring bytes over the link, divided by the step
+    def share(grad_bytes, bits_per_s, step):
+        return 2 * 0.5 * grad_bytes / (bits_per_s / 8) / step
+
+    assert share(10e6, bps, 0.25) == pytest.approx(share(100e6, 25e9, 0.5))
+    with pytest.raises(ValueError):
+        cap.scaled_link_bps(cluster, 0, 1)
+
+
+def test_residual_efficiency_is_what_the_model_leaves_unexplained():
+    # the model predicts 1.0 + 0.1 s for two workers; they took 1.25 s: 88 % of the rest is explained
+    assert cap.residual_efficiency(0.9, 1.0, 1.25, 0.1) == pytest.approx(1.1 / 1.25)
+    # faster than the model: capped at 1 (no super-linear credit)
+    assert cap.residual_efficiency(0.9, 1.0, 1.0, 0.1) == 1.0
+    with pytest.raises(ValueError, match="swapped"):
+        cap.residual_efficiency(2.0, 1.0, 1.2, 0.1)

@@ -276,5 +276,12 @@ def test_predicted_efficiency_and_the_binding_rate_by_hand():
     # the link at which the 10 MB take as long as the 1.1 s computation
     assert scenario.binding_rate(2, 10e6, 1.1) == pytest.approx(10e6 / 1.1)
     assert scenario.binding_rate(4, 10e6, 1.0) == pytest.approx(15e6)
+    # with the allreduce free to run during the last 2/3 of the computation: 1.1/3 + max(2.2/3, 1.05) at 10 MB/s,
+    # and the whole step is the computation once the allreduce (0.15 s) fits in the backward pass
+    eff = scenario.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05, overlap=2 / 3)
+    assert eff == pytest.approx([1 / (1.1 / 3 + 1.05), 1 / 1.1])
+    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5) == pytest.approx(10e6 / 0.6)
     with pytest.raises(ValueError):
         scenario.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)
+    with pytest.raises(ValueError):
+        scenario.predicted_efficiency(1.0, 2, 1.0, 1e6, 1e6, overlap=1.5)

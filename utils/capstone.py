@@ -319,3 +319,26 @@ def options(
             "Keras 3 fit fails under MWMS: a custom loop (lesson 05)",
         ),
     ]
+
+
+def scaled_link_bps(cluster: Cluster, lab_grad_bytes: float, lab_step_seconds: float) -> float:
+    """The link rate (bit/s) at which a lab step's allreduce takes the same share of the step's computation as one
+    of `cluster`'s: the cluster's link x (lab gradient bytes / cluster's) x (cluster step / lab step)."""
+    if lab_grad_bytes <= 0 or lab_step_seconds <= 0:
+        raise ValueError("the lab's gradient bytes and step seconds must be positive")
+    return cluster.link_gbps * 1e9 * (lab_grad_bytes / cluster.grad_bytes) * (cluster.step_seconds / lab_step_seconds)
+
+
+def residual_efficiency(one_step: float, busy_step: float, two_step: float, comm_seconds: float) -> float:
+    """The share of ideal scaling at N = 2 that T(N) does not explain, at most 1: the step T(N) predicts for two
+    workers (`busy_step`, the computation of two independent workers sharing the machine, plus the allreduce's
+    `comm_seconds`) over the measured two-worker step. `one_step` (one worker alone) must not exceed busy_step
+    by much: it is checked to catch swapped arguments."""
+    if min(one_step, busy_step, two_step) <= 0 or comm_seconds < 0:
+        raise ValueError("step times must be positive and the allreduce time not negative")
+    if one_step > 1.5 * busy_step:
+        raise ValueError(
+            f"one worker alone ({one_step:.3f} s) is much slower than each of two side by side ({busy_step:.3f} s): "
+            "the arguments are swapped or the measurement was disturbed; measure again"
+        )
+    return min(1.0, (busy_step + comm_seconds) / two_step)

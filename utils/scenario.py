@@ -171,6 +171,12 @@ def productivity_tier(seconds: float) -> tuple[str, str]:
     raise AssertionError("unreachable: the last tier has no bound")
 
 
+#: The backward pass's share of a training step's computation: about 2/3, since a step costs about 6 operations
+#: per parameter and example, 2 forward and 4 backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
+#: Models", section 2.1). Gradients can travel while the backward pass still runs, so that much can overlap.
+BACKWARD_SHARE = 2 / 3
+
+
 def predicted_efficiency(
     one_rank_step: float,
     n: int,
@@ -179,19 +185,26 @@ def predicted_efficiency(
     link_bytes_per_s,
     fixed_seconds: float = 0.0,
     step_latency: float = 0.0,
+    overlap: float = 0.0,
 ) -> np.ndarray:
     """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
-    step, which is the computation (`compute_step`, measured with N processes busy), the allreduce's fixed cost
-    and the ring's traffic through links of `link_bytes_per_s` (no overlap of the two assumed)."""
+    step. That step is the computation (`compute_step`, measured with N processes busy) and the allreduce (its
+    fixed cost plus the ring's traffic through links of `link_bytes_per_s`), of which the allreduce may run
+    during the last `overlap` share of the computation (0: one after the other; BACKWARD_SHARE: during the
+    backward pass, as Horovod's bridge hands each gradient over when it is ready)."""
     rates = np.asarray(link_bytes_per_s, dtype=float)
     if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
         raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
-    step = compute_step + fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap is a share of the step's computation, between 0 and 1; got {overlap}")
+    comm = fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
+    step = (1 - overlap) * compute_step + np.maximum(overlap * compute_step, comm)
     return one_rank_step / step
 
 
-def binding_rate(n: int, grad_bytes: float, compute_step: float) -> float:
-    """The link rate (bytes/s) below which a step's ring allreduce takes longer than its computation."""
-    if n < 2 or compute_step <= 0:
-        raise ValueError("n must be at least 2 and compute_step positive")
-    return 2 * (n - 1) / n * grad_bytes / compute_step
+def binding_rate(n: int, grad_bytes: float, compute_step: float, overlap: float = 1.0) -> float:
+    """The link rate (bytes/s) below which a step's ring allreduce outlasts the `overlap` share of its computation
+    it can hide behind (overlap 1: the whole computation), and so lengthens the step."""
+    if n < 2 or compute_step <= 0 or not 0 < overlap <= 1:
+        raise ValueError("n must be at least 2, compute_step positive and overlap in (0, 1]")
+    return 2 * (n - 1) / n * grad_bytes / (overlap * compute_step)
