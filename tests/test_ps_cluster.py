@@ -62,7 +62,10 @@ def test_parameter_server_training_runs_and_reports_the_fit_error():
         args=["--epochs", "2", "--data-size", "3000", "--try-fit"],
     )
     fit = run.records(prefix="FIT ")[0]
-    assert fit["fit"] in ("failed", "ran") and (fit["fit"] == "ran" or "create_per_worker_dataset" in fit["message"])
+    # Lesson 05 teaches that Keras 3's fit fails under this strategy, from this error: if a new Keras runs it,
+    # this test fails so that the lesson is rewritten with it.
+    assert fit["fit"] == "failed", f"model.fit ran under ParameterServerStrategy ({fit}): update lesson 05"
+    assert fit["error"] == "ValueError" and "create_per_worker_dataset" in fit["message"]
     rec = run.records()[0]
     # Normalised data: predicting the mean scores about 1.0; two epochs of training must do far better.
     assert len(rec["val_loss"]) == 2 and 0 < rec["val_loss"][-1] < 0.5

@@ -44,3 +44,20 @@ def owner_map(records: Sequence[dict[str, Any]], run: str, total: int) -> np.nda
         ids = np.asarray(res["ids"], dtype=int)
         owner[ids] = np.where(owner[ids] == -1, r["rank"], -2)
     return owner
+
+
+def per_batch_counts(records: Sequence[dict[str, Any]], run: str, batch: int) -> np.ndarray:
+    """Examples of each global batch (`batch` consecutive indices) that each worker received: (workers, batches)."""
+    results = [r["runs"][run] for r in sorted(records, key=lambda r: r["rank"])]
+    if any("error" in res for res in results):
+        raise ValueError(f"the run {run!r} failed on a worker: it has no examples to count")
+    ids = [np.asarray(res["ids"], dtype=int) for res in results]
+    batches = max((int(i.max()) // batch + 1 for i in ids if i.size), default=0)
+    return np.array([np.bincount(i // batch, minlength=batches) for i in ids])
+
+
+def same_examples(records: Sequence[dict[str, Any]], run: str, other: str) -> bool:
+    """True when every worker received exactly the same examples, in the same order, under both runs."""
+    return all(
+        "error" not in r["runs"][run] and r["runs"][run].get("ids") == r["runs"][other].get("ids") for r in records
+    )

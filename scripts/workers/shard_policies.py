@@ -61,5 +61,7 @@ for p, d in plan:
     t0 = time.perf_counter()
     runs[f"{p}, {d.name}"] = {**seen(d, p), "seconds": round(time.perf_counter() - t0, 2)}
 print(
-    "RESULT " + json.dumps({"rank": cluster.index, "workers": strategy.num_replicas_in_sync, "runs": runs}), flush=True
+    "RESULT "
+    + json.dumps({"rank": cluster.index, "workers": strategy.num_replicas_in_sync, "batch": args.batch, "runs": runs}),
+    flush=True,
 )
