@@ -304,7 +304,7 @@ def options(
             "B. Horovod on SageMaker",
             code_lines["B"],
             "custom image (docker/horovod), MPI launcher with -np fix",
-            "Horovod's last release is 0.28.1 (2023); AWS images dropped it after TF 2.12",
+            "Horovod's last release is 0.28.1 (2023); AWS's images dropped it at TF 2.13",
         ),
         not_comparable(
             "C. SageMaker DeepAR",
@@ -342,3 +342,85 @@ def residual_efficiency(one_step: float, busy_step: float, two_step: float, comm
             "the arguments are swapped or the measurement was disturbed; measure again"
         )
     return min(1.0, (busy_step + comm_seconds) / two_step)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Step times of the calibration's three runs in every round, the lab link they used, and where they ran."""
+
+    steps: dict[str, list[float]]  # "one worker", "two side by side", "two workers, scaled link": one per round
+    link_bps: float  # the lab link's set rate (bit/s)
+    comm_seconds: float  # the ring allreduce of the lab's gradient at that rate, as T(N) charges it
+    where: str  # "on two lab hosts linked at ..." or the loopback fallback and why
+
+    @property
+    def best(self) -> dict[str, float]:
+        """The fastest step of each run over the rounds."""
+        return {k: min(v) for k, v in self.steps.items()}
+
+    @property
+    def efficiency(self) -> float:
+        """The residual efficiency of the fastest steps."""
+        b = self.best
+        return residual_efficiency(
+            b["one worker"], b["two side by side"], b["two workers, scaled link"], self.comm_seconds
+        )
+
+    def per_round(self) -> list[float]:
+        """The residual efficiency of every round."""
+        rounds = zip(self.steps["one worker"], self.steps["two side by side"], self.steps["two workers, scaled link"])
+        return [residual_efficiency(o, s, t, self.comm_seconds) for o, s, t in rounds]
+
+
+def calibrate(
+    model_cluster: Cluster, lab_grad_bytes: float, script, args, rounds: int = 1, timeout: float = 600
+) -> Calibration:
+    """Run `script` (a tf.distribute worker) as one worker alone, as two independent workers side by side, and as
+    two workers of one cluster on two hosts of the network lab linked at `scaled_link_bps` (from the first
+    round's one-worker step), `rounds` times in alternation; on loopback where the lab cannot run here."""
+    import sys
+
+    from utils import commcost, launch, netlab
+
+    lab_ok = netlab.support()
+    command = [sys.executable, str(script), *map(str, args)]
+    steps: dict[str, list[float]] = {"one worker": [], "two side by side": [], "two workers, scaled link": []}
+
+    def step_of(result) -> float:
+        return max(r["step_seconds"][-1] for r in result.records())  # the slowest worker's last epoch
+
+    rate = 0.0
+    for round_ in range(rounds):
+        steps["one worker"].append(
+            step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=False))
+        )
+        if round_ == 0:
+            rate = min(scaled_link_bps(model_cluster, lab_grad_bytes, steps["one worker"][0]), netlab.MAX_RATE)
+        if lab_ok.available:
+            with netlab.Lab(2, rate) as lab:
+                alone = [
+                    {"TF_CONFIG": json.dumps({**lab.tf_config(0), "cluster": {"worker": [f"{h}:2222"]}})}
+                    for h in lab.names
+                ]
+                side = lab.run([command] * 2, envs=alone, timeout=timeout, stream=False)  # two clusters of one
+                two = lab.launch_tf_workers(script, args, timeout=timeout, stream=False)
+        else:
+            envs = [
+                launch.worker_env(1, {"TF_CONFIG": json.dumps(launch.tf_config(1, 0, [p]))})
+                for p in launch.free_ports(2)
+            ]
+            envs[1][launch.RUN_MARKER] = envs[0][launch.RUN_MARKER]  # one run: cleaned up together
+            side = launch.run_workers(
+                [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=False
+            )
+            two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=False)
+        steps["two side by side"].append(step_of(side))
+        steps["two workers, scaled link"].append(step_of(two))
+        print(", ".join(f"{k}: {v[-1]:.3f} s a step" for k, v in steps.items()), flush=True)
+    where = (
+        f"on two lab hosts linked at {netlab.describe_rate(rate)}"
+        if lab_ok.available
+        else f"over loopback ({lab_ok.reason}): the link's share is not in this measurement"
+    )
+    comm = float(commcost.ring_allreduce_seconds(2, lab_grad_bytes, rate / 8, 0.0))
+    return Calibration(steps, rate, comm, where)
