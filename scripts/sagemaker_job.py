@@ -9,7 +9,8 @@ against botocore's SageMaker service model), the command the job's first instanc
 data/instance_prices.csv. Nothing leaves the machine.
 
 With --online (and AWS credentials, COURSE_SAGEMAKER_ONLINE=1 and SAGEMAKER_ROLE_ARN set) the same job
-is launched on AWS, but only if its worst-case cost is under --limit-usd.
+is launched on AWS, but only if its worst-case cost is under --limit-usd; that is checked before any call
+to AWS, and an error from AWS is reported in one line that says what to do.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--network-isolation", action="store_true")
     p.add_argument("--subnets", nargs="*", default=[], help="VPC subnet ids (with --security-groups)")
     p.add_argument("--security-groups", nargs="*", default=[])
-    p.add_argument("--kms-key", default=None, help="KMS key ARN for the volume and the output")
+    p.add_argument(
+        "--kms-key", default=None, help="KMS key ARN for the volume and the output (types without local storage)"
+    )
     p.add_argument("--checkpoints", action="store_true", help="sync /opt/ml/checkpoints to S3")
     p.add_argument("--no-np-fix", action="store_true", help="Horovod: keep SDK v3's -np bug (for comparison)")
     p.add_argument("--epochs", type=int, default=5)
@@ -100,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    except (ValueError, PermissionError, sagemaker_job.CostLimitError) as err:
+    except (ValueError, PermissionError, sagemaker_job.CostLimitError, sagemaker_job.OnlineError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import socket
 import subprocess
 import sys
+import threading
 
 import pandas as pd
 import pytest
@@ -37,6 +40,7 @@ def test_price_file_has_sources_and_positive_prices():
     assert (table["usd_per_hour"] > 0).all()
     assert table["source"].str.contains("http").all(), "every price names the page it was read from"
     assert (table["gpus"] > 0).any() and (table["gpus"] == 0).any(), "the file covers GPU and CPU instances"
+    assert (table["local_storage_gb"] >= 0).all() and table["source"].str.contains("local storage").all()
 
 
 def test_single_job_request_is_valid_and_uses_the_stock_image(single):
@@ -342,3 +346,152 @@ def test_spot_limits_check(aws):
     assert not checks.check_spot_limits(sj.request_for(equal_wait, aws), usual_hours=5, margin=0.5)
     on_demand = sj.JobConfig(kind="mwms", instances=2, max_hours=7.5)
     assert not checks.check_spot_limits(sj.request_for(on_demand, aws), usual_hours=5, margin=0.5)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bad input to the command line and to the online path: refused before anything is sent, in one line
+
+KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+
+
+class _RefusingAWS(http.server.BaseHTTPRequestHandler):
+    """An AWS endpoint on loopback that refuses every call as STS refuses unusable credentials."""
+
+    calls: list[str] = []
+
+    def do_POST(self):  # the name http.server calls
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        _RefusingAWS.calls.append(self.path)
+        body = (
+            b'<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type>'
+            b"<Code>InvalidClientTokenId</Code><Message>The security token included in the request is invalid."
+            b"</Message></Error><RequestId>course-test</RequestId></ErrorResponse>"
+        )
+        self.send_response(403)
+        self.send_header("Content-Type", "text/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def refusing_aws():
+    """The address of an AWS endpoint on this machine that answers every call with 403 InvalidClientTokenId."""
+    _RefusingAWS.calls = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusingAWS)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+def online_env(endpoint: str) -> dict[str, str]:
+    """Opted in, with credentials that AWS (the endpoint given) will not accept, and a role."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return env | {
+        sj.ONLINE_FLAG: "1",
+        "AWS_ACCESS_KEY_ID": "AKIAUNUSABLE00000000",
+        "AWS_SECRET_ACCESS_KEY": "unusable",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,  # every AWS call goes there, nowhere else
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "SAGEMAKER_ROLE_ARN": ROLE,
+    }
+
+
+def run_cli_env(env, *args):
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+
+
+def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws):
+    run = run_cli_env(online_env(refusing_aws), "single", "--online", "--limit-usd", "0.01")
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    assert "above your limit of $0.01" in run.stderr
+    assert _RefusingAWS.calls == [], "the cost guard must come before any call to AWS"
+
+
+def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws):
+    run = run_cli_env(online_env(refusing_aws), "single", "--online", "--limit-usd", "100")
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "InvalidClientTokenId" in run.stderr and "aws sts get-caller-identity" in run.stderr
+    assert _RefusingAWS.calls, "the refusal came from the endpoint"
+
+
+def test_online_says_so_when_aws_cannot_be_reached():
+    with socket.socket() as closed:  # a port nothing listens on once this block ends
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = online_env(f"http://127.0.0.1:{port}") | {"AWS_MAX_ATTEMPTS": "1"}
+    run = run_cli_env(env, "single", "--online", "--limit-usd", "100")
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "could not reach AWS" in run.stderr
+
+
+def test_an_invalid_limit_is_named_before_missing_credentials(no_aws_credentials, capsys):
+    no_aws_credentials.setenv(sj.ONLINE_FLAG, "1")
+    cli = load_cli()
+    for limit in ("0", "-5"):
+        assert cli.main(["single", "--online", "--limit-usd", limit]) == 2
+        err = capsys.readouterr().err
+        assert "cost limit must be a positive number" in err and "credentials" not in err, err
+
+
+def load_cli():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sagemaker_job_cli", REPO_ROOT / "scripts" / "sagemaker_job.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    return cli
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["single", "--epochs", "-3"], "epochs must be a whole number of at least 1, got -3"),
+        (["single", "--batch-size", "0"], "batch-size must be a whole number of at least 1, got 0"),
+        (["mwms", "--instances", "2", "--kms-key", KMS_KEY, "--instance-type", "ml.g5.2xlarge"], "local NVMe"),
+    ],
+)
+def test_cli_refuses_bad_hyperparameters_and_a_volume_key_on_local_storage(capsys, args, message):
+    assert load_cli().main(args) == 2, args
+    assert message in capsys.readouterr().err
+
+
+def test_a_volume_key_is_refused_on_every_type_with_local_storage_and_kept_on_the_others():
+    table = sj.prices()
+    with_disk = [t for t in table.index if table.loc[t, "local_storage_gb"] > 0]
+    without = [t for t in table.index if table.loc[t, "local_storage_gb"] == 0]
+    assert "ml.g5.2xlarge" in with_disk and "ml.m5.xlarge" in without and "ml.p3.2xlarge" in without
+    for kind in with_disk:
+        with pytest.raises(ValueError, match=f"{kind} has local NVMe storage"):
+            sj.JobConfig(kind="mwms", instances=2, instance_type=kind, kms_key=KMS_KEY)
+    for kind in without:
+        assert sj.JobConfig(kind="mwms", instances=2, instance_type=kind, kms_key=KMS_KEY).kms_key == KMS_KEY
+
+
+def test_the_launch_command_shows_the_containers_python_not_this_machines():
+    from utils import rehearsal
+
+    run = run_cli("horovod", "--instances", "2", "--processes-per-host", "4", "--instance-type", "ml.g4dn.12xlarge")
+    assert run.returncode == 0, run.stderr[-2000:]
+    command = json.loads(run.stdout)["launch_command"]
+    assert sys.executable not in command and str(REPO_ROOT) not in command
+    assert f" {rehearsal.CONTAINER_PYTHON} -m mpi4py train_horovod.py" in command
+    assert "AWS_ACCESS_KEY_ID" not in command, "a job's instances get their credentials from its role, not -x"

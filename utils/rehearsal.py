@@ -85,6 +85,10 @@ if base:
         out["env"] = dict(shlex.split(line)[1].split("=", 1) for line in f if line.strip())
     os.environ.update(out["env"])
 os.environ.update(task.get("env", {}))
+for name in task.get("unset", []):
+    os.environ.pop(name, None)
+if task.get("python"):
+    sys.executable = task["python"]  # what the drivers' get_python_executable() returns
 if "hps" in task:
     os.environ["SM_HPS"] = json.dumps({k: cu.safe_deserialize(v) for k, v in task["hps"].items()})
 if task.get("driver"):
@@ -182,6 +186,14 @@ def ranks_in(command: Sequence[str]) -> int:
     return count if count is not None else sum(slots for _, slots in _host_slots(command))
 
 
+#: The Python that SDK v3's sm_train.sh finds in AWS's TensorFlow 2.21 training image (`command -v python3`):
+#: the image's virtual environment, /opt/venv, is first on its PATH (docker/horovod/Dockerfile says where
+#: that was read). The drivers start the script with the Python they run in.
+CONTAINER_PYTHON = "/opt/venv/bin/python3"
+#: Variables a job's container does not have: its instances get credentials from the job's role.
+NOT_IN_CONTAINER = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def driver_command(
     distributed: Mapping[str, Any],
     sourcecode: Mapping[str, Any],
@@ -190,9 +202,10 @@ def driver_command(
     *,
     instance_type: str = "ml.c5.xlarge",
 ) -> list[str]:
-    """The command SDK v3's driver runs on the first host, built by the installed SDK's own driver code
-    on a machine with no GPU: mpi_driver.py's `mpirun` line when distributed.json is not empty, else
-    basic_script_driver.py's `python entry --key value ...`."""
+    """The command SDK v3's driver runs on the first host of a job, built by the installed SDK's own driver
+    code on a machine with no GPU: mpi_driver.py's `mpirun` line when distributed.json is not empty, else
+    basic_script_driver.py's `python entry --key value ...`. The Python is the container's (CONTAINER_PYTHON),
+    and this machine's AWS credential variables are not passed on (no `-x AWS_...`)."""
     env = {"SM_ENTRY_SCRIPT": str(sourcecode.get("entry_script") or ""), "SM_CURRENT_HOST": hosts[0]}
     env |= {"SM_MASTER_ADDR": hosts[0], "SM_HOSTS": json.dumps(sorted(hosts)), "SM_HOST_COUNT": str(len(hosts))}
     env |= {"SM_CURRENT_INSTANCE_TYPE": instance_type, "SM_NUM_GPUS": "0", "SM_NUM_NEURONS": "0"}
@@ -200,7 +213,8 @@ def driver_command(
         {"process_count_per_node": None, "mpi_additional_options": None} | dict(distributed)
     )
     hps = {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()}  # as ModelTrainer
-    return _sdk({"drivers": str(drivers_dir()), "env": env, "driver": _driver(distributed), "hps": hps}, {})["command"]
+    task = {"drivers": str(drivers_dir()), "env": env, "driver": _driver(distributed), "hps": hps}
+    return _sdk(task | {"python": CONTAINER_PYTHON, "unset": list(NOT_IN_CONTAINER)}, {})["command"]
 
 
 def _driver(distributed: Mapping[str, Any]) -> str:

@@ -109,8 +109,21 @@ class JobConfig:
             )
         if bool(self.subnets) != bool(self.security_groups):
             raise ValueError("a VPC needs both subnets and security groups: give both or neither")
+        for name in ("epochs", "batch-size", "batch_size"):
+            value = self.hyperparameters.get(name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
         price(self.instance_type)  # an unknown type fails here, naming the price file
-        gpus = int(prices().loc[self.instance_type, "gpus"])
+        table = prices()
+        storage = int(table.loc[self.instance_type, "local_storage_gb"])
+        if self.kms_key and storage > 0:
+            plain = [t for t in table.index if int(table.loc[t, "local_storage_gb"]) == 0]
+            raise ValueError(
+                f"{self.instance_type} has local NVMe storage ({storage} GB), which SageMaker encrypts itself: it "
+                "refuses a volume KMS key (VolumeKmsKeyId) for such a type (API reference, ResourceConfig). Leave "
+                f"the KMS key out, or choose a type without local storage: {', '.join(plain)}"
+            )
+        gpus = int(table.loc[self.instance_type, "gpus"])
         if gpus and self.processes_per_host > gpus:
             raise ValueError(
                 f"{self.instance_type} has {gpus} GPU(s): run at most {gpus} processes per host (one per GPU)"
@@ -197,10 +210,19 @@ class CostLimitError(RuntimeError):
     """A job whose worst-case cost is above the limit the learner set."""
 
 
+def check_limit(limit_usd: Any) -> float:
+    """`limit_usd` as a number, or an error that says what a cost limit is."""
+    if isinstance(limit_usd, bool) or not isinstance(limit_usd, (int, float)) or not limit_usd > 0:
+        raise ValueError(
+            f"the cost limit must be a positive number of US dollars (the most you accept the job to cost), "
+            f"got {limit_usd!r}"
+        )
+    return float(limit_usd)
+
+
 def check_cost(request: Mapping[str, Any], limit_usd: float) -> CostEstimate:
     """Refuse a job that could cost more than `limit_usd`; return its estimate otherwise."""
-    if not limit_usd > 0:
-        raise ValueError(f"the cost limit must be a positive number of US dollars, got {limit_usd!r}")
+    check_limit(limit_usd)
     if "MaxRuntimeInSeconds" not in request.get("StoppingCondition", {}):
         raise CostLimitError("the request sets no MaxRuntimeInSeconds: a job without one has no cost bound")
     found = estimate(request)
@@ -306,6 +328,8 @@ _OFFLINE_ENV = {
     "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": REGION,
     "SAGEMAKER_VALIDATE_ROLE": "false",  # no iam:SimulatePrincipalPolicy (moto lacks it; a full role ARN is given)
+    # moto answers calls to AWS's own endpoints: an endpoint set by AWS_ENDPOINT_URL* or a profile would escape it
+    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true",
 }
 
 
@@ -535,7 +559,8 @@ def changed_fields(base: Mapping[str, Any], other: Mapping[str, Any]) -> dict[st
 
 
 def launch_command(request: Mapping[str, Any], aws: OfflineAWS) -> list[str]:
-    """The command the job's first instance will run, as SDK v3's drivers build it (the mpirun line for MPI)."""
+    """The command the job's first instance will run, as SDK v3's drivers build it (the mpirun line for MPI),
+    with the container's Python (utils.rehearsal.CONTAINER_PYTHON)."""
     from utils import rehearsal
 
     sourcecode = json.loads(aws.read_uploaded(request, "sm_drivers", "sourcecode.json"))
@@ -666,30 +691,88 @@ def check_online_allowed(env: Mapping[str, str] | None = None) -> None:
         )
 
 
+class OnlineError(RuntimeError):
+    """AWS refused a call of the online path, or could not be reached; the message says what to do, in one line."""
+
+
+#: What to do when AWS refuses a call with one of these error codes.
+_AWS_ADVICE = {
+    "credentials": (
+        "your AWS credentials are not valid here: check them with `aws sts get-caller-identity`, renew them "
+        "(`aws configure`, or `aws sso login` for a profile) and try again"
+    ),
+    "access": (
+        "your AWS identity lacks a permission for this call: ask your account's administrator for it (your user's "
+        "IAM policy, and SAGEMAKER_ROLE_ARN's role for the job), then try again"
+    ),
+    "quota": (
+        "your account's quota for this instance type is too low: ask for more in the Service Quotas console "
+        "(Amazon SageMaker, training job usage), or choose another instance type"
+    ),
+}
+_CREDENTIAL_CODES = ("InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch", "ExpiredToken")
+
+
+def aws_error_line(exc: Exception, region: str = REGION) -> str:
+    """One line that says what an AWS error means for the online path and what to do about it."""
+    from botocore import exceptions
+
+    if isinstance(exc, exceptions.ClientError):
+        error = exc.response.get("Error", {})
+        code, said = error.get("Code", "?"), " ".join(str(error.get("Message", "")).split())
+        if code.startswith(_CREDENTIAL_CODES):
+            advice = _AWS_ADVICE["credentials"]
+        elif "AccessDenied" in code or code == "UnauthorizedOperation":
+            advice = _AWS_ADVICE["access"]
+        elif code == "ResourceLimitExceeded":
+            advice = _AWS_ADVICE["quota"]
+        else:
+            advice = "read AWS's reason, fix the job's settings, and check your credentials with `aws sts get-caller-identity`"
+        return f"AWS refused {exc.operation_name} ({code}: {said}): {advice}"
+    if isinstance(exc, exceptions.NoCredentialsError):
+        return "no AWS credentials found: run `aws configure` (or set AWS_PROFILE) before launching online"
+    if isinstance(exc, (exceptions.EndpointConnectionError, exceptions.ConnectionError)):
+        return (
+            f"could not reach AWS ({' '.join(str(exc).split())}): check this machine's network connection (and proxy) "
+            f"and the region ({region}), then try again"
+        )
+    return f"the call to AWS failed ({type(exc).__name__}: {' '.join(str(exc).split())}); nothing was started"
+
+
 def launch_online(
     config: JobConfig, limit_usd: float, *, bucket: str | None = None, data_uri: str | None = None
 ) -> dict:
-    """Launch the job on AWS for real, under the cost guard; return the request sent and the job's name."""
+    """Launch the job on AWS for real, under the cost guard; return the request sent and the job's name.
+
+    Everything that needs no network comes first: the limit, the job's worst case against it (on the same
+    request built offline), the opt-in, credentials and role. An AWS error becomes an `OnlineError` whose
+    one-line message says what to do.
+    """
+    limit_usd = check_limit(limit_usd)
+    with offline_aws(config.region) as aws:
+        check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
     check_online_allowed()
     import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
     from sagemaker.core.helper.session_helper import Session
 
-    boto = boto3.Session(region_name=config.region)
-    account = boto.client("sts").get_caller_identity()["Account"]
-    session = Session(boto_session=boto, default_bucket=bucket)
-    bucket = bucket or session.default_bucket()
-    sent: list[dict] = []
-    boto.events.register(
-        "before-parameter-build.sagemaker.CreateTrainingJob", lambda params, **_: sent.append(copy.deepcopy(params))
-    )
-    # The guard first, on a request built offline with the same configuration.
-    with offline_aws(config.region, bucket) as aws:
-        check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
-    source = stage_source(config.kind, Path(tempfile.mkdtemp(prefix="course-source-")))
-    trainer, channels = build_trainer(
-        config, session, bucket, source, role=os.environ["SAGEMAKER_ROLE_ARN"], data_uri=data_uri, account=account
-    )
-    trainer.train(input_data_config=channels, wait=False, logs=False)
+    try:
+        boto = boto3.Session(region_name=config.region)
+        account = boto.client("sts").get_caller_identity()["Account"]
+        session = Session(boto_session=boto, default_bucket=bucket)
+        bucket = bucket or session.default_bucket()
+        sent: list[dict] = []
+        boto.events.register(
+            "before-parameter-build.sagemaker.CreateTrainingJob",
+            lambda params, **_: sent.append(copy.deepcopy(params)),
+        )
+        source = stage_source(config.kind, Path(tempfile.mkdtemp(prefix="course-source-")))
+        trainer, channels = build_trainer(
+            config, session, bucket, source, role=os.environ["SAGEMAKER_ROLE_ARN"], data_uri=data_uri, account=account
+        )
+        trainer.train(input_data_config=channels, wait=False, logs=False)
+    except (BotoCoreError, ClientError) as exc:
+        raise OnlineError(aws_error_line(exc, config.region)) from None
     name = sent[-1]["TrainingJobName"]
     print(f"started {name}: {console_link(name, config.region)}")
     print(f"stop it with: aws sagemaker stop-training-job --training-job-name {name} --region {config.region}")
