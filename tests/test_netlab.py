@@ -253,3 +253,21 @@ def test_horovod_and_tf_distribute_run_across_hosts():
     assert all(r["size"] == 2 and r["sum"] == [3.0] * 4 for r in hvd)
     assert [r["workers"] for r in mwms] == [2, 2]
     assert mwms[0]["weights_after_step"] == mwms[1]["weights_after_step"]
+
+
+@needs_lab
+@needs_horovod
+def test_horovod_runs_on_the_user_namespace_lab(monkeypatch):
+    """The lab built the rootless way (a user namespace, entered with nsenter --user), Horovod across its hosts."""
+    monkeypatch.setenv(netlab.SWITCH_VAR, "userns")
+    netlab.support.cache_clear()
+    try:
+        if netlab.support().kind != "userns":
+            pytest.skip(f"no user namespaces here: {netlab.support().reason}")
+        with netlab.Lab(2, "500mbit") as lab:
+            assert lab.kind == "userns"
+            hvd = lab.launch_horovod(REPO / "scripts" / "workers" / "hello_horovod.py", stream=False, timeout=120)
+        assert [r["host"] for r in hvd.records()] == ["host-1", "host-2"]
+        assert all(r["sum"] == [3.0] * 4 for r in hvd.records())
+    finally:
+        netlab.support.cache_clear()
