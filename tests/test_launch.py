@@ -607,3 +607,17 @@ def test_failed_runs_keep_only_the_newest_logs_in_the_courses_runs_folder(tmp_pa
     kept = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert kept == sorted([f"run-20000101-000000-{busy_env[launch.RUN_MARKER][:8]}", *(f.name for f in folders[-3:])])
     assert "run 4" in (folders[-1] / "worker-0.log").read_text()
+
+
+def test_a_worker_still_stopped_at_the_timeout_is_named(tmp_path, no_leftovers):
+    with pytest.raises(launch.WorkerError) as err:
+        launch.launch_tf_workers(
+            script(tmp_path, "stopped.py", STOPPED_PEER),
+            2,
+            args=[120, "stop"],
+            timeout=8,
+            stopped_after=None,
+            stream=False,
+        )
+    assert err.value.rank == 1, err.value.reason
+    assert err.value.reason == "hung: worker 1 was stopped (process state T) at the timeout of 8 s"

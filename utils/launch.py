@@ -515,21 +515,16 @@ def run_workers(
             if time.monotonic() - start > timeout:
                 running = [w.rank for w in workers if w.exit is None]
                 stopped = sorted(watch.stopped_since, key=watch.stopped_since.get)
-                failure = (
-                    (
-                        (
-                            stopped[0],
-                            f"hung: {noun} {stopped[0]} was stopped (process state T) at the timeout of {{timeout}} s",
-                        )
-                        if stopped
-                        else None
+                if stopped:  # a stopped rank is why the others hang
+                    failure = (
+                        stopped[0],
+                        f"hung: {noun} {stopped[0]} was stopped (process state T) at the timeout of {timeout:g} s",
                     )
-                    or (explain_hang() if explain_hang else None)
-                    or (
+                else:
+                    failure = (explain_hang() if explain_hang else None) or (
                         running[0] if len(running) == 1 else None,
                         f"hung: worker(s) {running} did not exit within the timeout of {timeout:g} s",
                     )
-                )
                 failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
             ended.wait(0.1)
