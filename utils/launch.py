@@ -270,6 +270,8 @@ def _new_log_dir(run_id: str) -> Path:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:
         root = Path(tempfile.gettempdir())
+    if not os.access(root, os.W_OK | os.X_OK):  # there, but another user's (a course checked out by root)
+        root = Path(tempfile.gettempdir())
 
     def age(folder: Path) -> tuple[float, str]:
         try:
