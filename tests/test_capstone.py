@@ -428,9 +428,21 @@ def test_the_lab_link_keeps_the_clusters_ratio_of_allreduce_to_computation():
 
 
 def test_residual_efficiency_is_what_the_model_leaves_unexplained():
-    # the model predicts 1.0 + 0.1 s for two workers; they took 1.25 s: 88 % of the rest is explained
-    assert cap.residual_efficiency(0.9, 1.0, 1.25, 0.1) == pytest.approx(1.1 / 1.25)
+    # two workers should compute 1.0 s a step and allreduce 0.1 s; they took 1.25 s: 1.15 s for the computation
+    assert cap.residual_efficiency(0.9, 1.0, 1.25, 0.1) == pytest.approx(1.0 / 1.15)
     # faster than the model: capped at 1 (no super-linear credit)
     assert cap.residual_efficiency(0.9, 1.0, 1.0, 0.1) == 1.0
     with pytest.raises(ValueError, match="swapped"):
         cap.residual_efficiency(2.0, 1.0, 1.2, 0.1)
+
+
+def test_the_cluster_model_reproduces_its_own_calibration_point():
+    """T(N) with the residual efficiency gives back, at N = 2, the two-worker step it was measured from."""
+    busy, two = 0.8, 1.3
+    cluster = cap.Cluster(grad_bytes=50e6, step_seconds=busy, link_gbps=1.0, step_latency=0.0)
+    comm = 2 * 0.5 * 50e6 / (1e9 / 8)  # the ring at N = 2: each worker sends the gradient once
+    e = cap.residual_efficiency(busy, busy, two, comm)
+    hours = 10.0
+    steps_each = hours * cap.HOUR / busy / 2  # each worker keeps its batch: half the steps each
+    per_step = cap.Cluster(**{**cluster.__dict__, "efficiency": e}).run_hours(2, hours) * cap.HOUR / steps_each
+    assert per_step == pytest.approx(two)

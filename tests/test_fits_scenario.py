@@ -281,6 +281,8 @@ def test_predicted_efficiency_and_the_binding_rate_by_hand():
     eff = scenario.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05, overlap=2 / 3)
     assert eff == pytest.approx([1 / (1.1 / 3 + 1.05), 1 / 1.1])
     assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5) == pytest.approx(10e6 / 0.6)
+    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.1) == pytest.approx(10e6 / 0.5)
+    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.7) == float("inf")
     with pytest.raises(ValueError):
         scenario.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)
     with pytest.raises(ValueError):

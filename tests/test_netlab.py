@@ -271,3 +271,65 @@ def test_horovod_runs_on_the_user_namespace_lab(monkeypatch):
         assert all(r["sum"] == [3.0] * 4 for r in hvd.records())
     finally:
         netlab.support.cache_clear()
+
+
+INCAST = textwrap.dedent(
+    """
+    import os, socket, threading, time
+    me = int(os.environ["LAB_HOST_INDEX"]); hosts = os.environ["LAB_HOSTS"].split(",")
+    if me == 0:  # receives from every other host at once: only its downlink (the switch port's tbf) limits it
+        server = socket.create_server(("0.0.0.0", 5301))
+        got, stamps = [0], []
+        def take(conn):
+            while (data := conn.recv(1 << 20)):
+                got[0] += len(data); stamps.append(time.monotonic())
+        threads = [threading.Thread(target=take, args=(server.accept()[0],)) for _ in hosts[1:]]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        print("RATE", 8 * got[0] / (stamps[-1] - stamps[0]))
+    else:
+        for _ in range(100):
+            try:
+                out = socket.create_connection((hosts[0], 5301)); break
+            except OSError:
+                time.sleep(0.05)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            out.sendall(b"x" * (1 << 20))
+        out.close()
+    """
+)
+
+
+@needs_lab
+def test_a_hosts_downlink_is_shaped_too():
+    """Two hosts send to a third at once: together they get no more than the receiver's link."""
+    with netlab.Lab(3, "100mbit") as lab:
+        result = lab.run([[sys.executable, "-c", INCAST]] * 3, stream=False, timeout=60)
+    rate = float(result.workers[0].output.split("RATE")[1])
+    assert 0.8 * 100e6 < rate < 1.05 * 100e6, f"{rate:.3g} bit/s into a 100 Mbit/s downlink"
+
+
+@needs_lab
+def test_the_lab_has_no_way_out_and_the_machine_no_way_in():
+    """The hosts have no route beyond their subnet (a connection to the machine's own addresses fails at once, no
+    packet leaves), and the machine's namespace holds no address of the lab's subnet and no link to its switch."""
+    import ipaddress
+    import socket
+
+    machine_ips = [a.address for addrs in psutil.net_if_addrs().values() for a in addrs if a.family == socket.AF_INET]
+    probe = (
+        "import socket, sys\n"
+        "for ip in sys.argv[1:]:\n"
+        "    try:\n"
+        "        socket.create_connection((ip, 9), timeout=1).close(); print('REACHED', ip)\n"
+        "    except OSError as exc:\n"
+        "        print('blocked', ip, exc.errno)\n"
+    )
+    with netlab.Lab(2, "100mbit") as lab:
+        out = lab.run([[sys.executable, "-c", probe, *machine_ips]], stream=False).workers[0].output
+        routes = lab.run([["ip", "route"]], stream=False).workers[0].output
+    outside = [ip for ip in machine_ips if not ip.startswith("127.")]
+    assert outside and all(f"blocked {ip}" in out for ip in outside), out
+    assert "default" not in routes and routes.strip().startswith(str(netlab.SUBNET)), routes
+    subnet = ipaddress.ip_network(netlab.SUBNET)
+    assert not [ip for ip in machine_ips if ipaddress.ip_address(ip) in subnet]

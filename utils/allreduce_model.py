@@ -140,7 +140,8 @@ class RingFit:
 
 def fit_ring(n: Sequence[int], nbytes, seconds, gamma: float, minimax: bool = True) -> RingFit:
     """Fit overhead, alpha and B of `ring_seconds` to times measured at several N (gamma measured apart), minimising
-    the largest relative error (or, with `minimax=False`, the sum of squared relative errors)."""
+    the largest relative error (or, with `minimax=False`, the sum of squared relative errors with overhead, alpha
+    and 1/B kept at zero or above: with few sizes a free fit can trade a negative overhead for a larger alpha)."""
     n_, b, t = (np.asarray(v, dtype=float) for v in (n, nbytes, seconds))
     if not (n_.shape == b.shape == t.shape) or len(set(n_.tolist())) < 2:
         raise ValueError("give (n, bytes, seconds) rows of equal length for at least two values of n")
@@ -149,7 +150,14 @@ def fit_ring(n: Sequence[int], nbytes, seconds, gamma: float, minimax: bool = Tr
     target = t - (n_ - 1) / n_ * b * gamma  # what is left for the links and latencies
     if np.any(target <= 0):
         raise ValueError("gamma is larger than the measured times allow: measure it on the same machine")
-    c0, c1, c2 = _solve([np.ones_like(b), 2 * (n_ - 1), 2 * (n_ - 1) / n_ * b], target, 200 if minimax else 1)
+    columns = [np.ones_like(b), 2 * (n_ - 1), 2 * (n_ - 1) / n_ * b]
+    if minimax:
+        c0, c1, c2 = _solve(columns, target)
+    else:  # least squares of the relative errors, none of the three costs below zero
+        from scipy.optimize import lsq_linear
+
+        design = np.stack(columns, axis=1) / target[:, None]
+        c0, c1, c2 = lsq_linear(design, np.ones_like(target), bounds=(0.0, np.inf)).x
     if c2 <= 0:
         raise ValueError("the times do not grow with size: no bandwidth can be fitted")
     return RingFit(float(c0), float(c1), 1 / float(c2), gamma)

@@ -40,7 +40,7 @@ def measure_allreduce(
     rows = []
     for n in ranks:
         start = time.perf_counter()
-        if bandwidth is LOOPBACK:
+        if isinstance(bandwidth, str) and bandwidth == LOOPBACK:
             run = launch.launch_horovodrun(
                 ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=False
             )
@@ -68,7 +68,7 @@ def measure_allreduce(
                     "usable_cores": cpu.usable_cores,
                 }
             )
-        where = "" if bandwidth is LOOPBACK else f" over {link} links"
+        where = "" if link == "loopback" else f" over {link} links"
         print(
             f"allreduce on {n} ranks{where}: {len(sizes)} sizes measured in {time.perf_counter() - start:.0f} s",
             flush=True,

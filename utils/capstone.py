@@ -330,10 +330,11 @@ def scaled_link_bps(cluster: Cluster, lab_grad_bytes: float, lab_step_seconds: f
 
 
 def residual_efficiency(one_step: float, busy_step: float, two_step: float, comm_seconds: float) -> float:
-    """The share of ideal scaling at N = 2 that T(N) does not explain, at most 1: the step T(N) predicts for two
-    workers (`busy_step`, the computation of two independent workers sharing the machine, plus the allreduce's
-    `comm_seconds`) over the measured two-worker step. `one_step` (one worker alone) must not exceed busy_step
-    by much: it is checked to catch swapped arguments."""
+    """The share of ideal compute scaling at N = 2 that T(N) does not explain, at most 1, in the form T(N) applies
+    it (compute / efficiency + allreduce): the computation two workers need (`busy_step`, two independent workers
+    sharing the machine) over what their measured step leaves for computation once T(N)'s allreduce
+    (`comm_seconds`) is taken out. `one_step` (one worker alone) must not exceed busy_step by much: it is
+    checked to catch swapped arguments."""
     if min(one_step, busy_step, two_step) <= 0 or comm_seconds < 0:
         raise ValueError("step times must be positive and the allreduce time not negative")
     if one_step > 1.5 * busy_step:
@@ -341,7 +342,8 @@ def residual_efficiency(one_step: float, busy_step: float, two_step: float, comm
             f"one worker alone ({one_step:.3f} s) is much slower than each of two side by side ({busy_step:.3f} s): "
             "the arguments are swapped or the measurement was disturbed; measure again"
         )
-    return min(1.0, (busy_step + comm_seconds) / two_step)
+    left = two_step - comm_seconds
+    return 1.0 if left <= busy_step else busy_step / left
 
 
 @dataclass(frozen=True)
@@ -377,7 +379,8 @@ def calibrate(
 ) -> Calibration:
     """Run `script` (a tf.distribute worker) as one worker alone, as two independent workers side by side, and as
     two workers of one cluster on two hosts of the network lab linked at `scaled_link_bps` (from the first
-    round's one-worker step), `rounds` times in alternation; on loopback where the lab cannot run here."""
+    round's side-by-side step, the computation T(N) charges the allreduce against), `rounds` times in
+    alternation; on loopback where the lab cannot run here (and then no allreduce time is charged)."""
     import sys
 
     from utils import commcost, launch, netlab
@@ -389,21 +392,35 @@ def calibrate(
     def step_of(result) -> float:
         return max(r["step_seconds"][-1] for r in result.records())  # the slowest worker's last epoch
 
-    rate = 0.0
+    rate, achieved = 0.0, 1.0
     for round_ in range(rounds):
         steps["one worker"].append(
             step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=False))
         )
-        if round_ == 0:
-            rate = min(scaled_link_bps(model_cluster, lab_grad_bytes, steps["one worker"][0]), netlab.MAX_RATE)
         if lab_ok.available:
-            with netlab.Lab(2, rate) as lab:
+            # two clusters of one, side by side on two hosts: the computation when both cores are busy
+            with netlab.Lab(2, None) as lab:
                 alone = [
                     {"TF_CONFIG": json.dumps({**lab.tf_config(0), "cluster": {"worker": [f"{h}:2222"]}})}
                     for h in lab.names
                 ]
-                side = lab.run([command] * 2, envs=alone, timeout=timeout, stream=False)  # two clusters of one
-                two = lab.launch_tf_workers(script, args, timeout=timeout, stream=False)
+                steps["two side by side"].append(
+                    step_of(lab.run([command] * 2, envs=alone, timeout=timeout, stream=False))
+                )
+            if round_ == 0:  # T(N) charges the allreduce against this computation, so the ratio is kept for it
+                rate = min(
+                    scaled_link_bps(model_cluster, lab_grad_bytes, steps["two side by side"][0]), netlab.MAX_RATE
+                )
+            with netlab.Lab(2, rate) as lab:
+                if round_ == 0:  # the links first: what they carry against the set rate
+                    achieved = min(m.ratio for m in lab.measure(seconds=0.5))
+                    print(
+                        f"lab links: {achieved:.0%} of the set {netlab.describe_rate(rate)} achieved (measured)",
+                        flush=True,
+                    )
+                steps["two workers, scaled link"].append(
+                    step_of(lab.launch_tf_workers(script, args, timeout=timeout, stream=False))
+                )
         else:
             envs = [
                 launch.worker_env(1, {"TF_CONFIG": json.dumps(launch.tf_config(1, 0, [p]))})
@@ -413,14 +430,15 @@ def calibrate(
             side = launch.run_workers(
                 [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=False
             )
+            steps["two side by side"].append(step_of(side))
             two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=False)
-        steps["two side by side"].append(step_of(side))
-        steps["two workers, scaled link"].append(step_of(two))
+            steps["two workers, scaled link"].append(step_of(two))
         print(", ".join(f"{k}: {v[-1]:.3f} s a step" for k, v in steps.items()), flush=True)
-    where = (
-        f"on two lab hosts linked at {netlab.describe_rate(rate)}"
-        if lab_ok.available
-        else f"over loopback ({lab_ok.reason}): the link's share is not in this measurement"
-    )
-    comm = float(commcost.ring_allreduce_seconds(2, lab_grad_bytes, rate / 8, 0.0))
+    if lab_ok.available:
+        where = f"on two lab hosts linked at {netlab.describe_rate(rate)}"
+        # T(N)'s allreduce at the rate the links really carried
+        comm = float(commcost.ring_allreduce_seconds(2, lab_grad_bytes, achieved * rate / 8, 0.0))
+    else:  # no link was crossed: charging one would credit the workers with an allreduce that never happened
+        where = f"over loopback ({lab_ok.reason}): the link's share is not in this measurement"
+        comm = 0.0
     return Calibration(steps, rate, comm, where)

@@ -22,6 +22,10 @@ Clean-up: the holder reads a pipe from the process that started it; when that pr
 (SIGKILL, a JupyterLab kernel restart included), the pipe closes and the holder stops every process in
 the lab's hosts, and the namespaces, links, bridge and qdiscs vanish with the last process in them.
 Nothing is ever added to this machine's own network namespace, `ip netns list` or `/etc`.
+
+Isolation: the lab's namespaces have no link to this machine's network, so the lab's traffic stays inside them.
+Built as root, a program on a host still holds root's privileges and could leave its namespace on purpose
+(`nsenter -t 1 -n`); built in a user namespace (without root, or with COURSE_NETLAB=userns), it cannot.
 """
 
 from __future__ import annotations
@@ -79,7 +83,12 @@ def parse_bandwidth(value: str | float | int | None) -> float | None:
     if isinstance(value, int | float):
         rate = float(value)
     else:
-        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(bit|bps|b)?(/s)?\s*", value.lower())
+        if re.search(r"[kmgt]?bps\s*$", value.lower()):
+            raise ValueError(
+                f"bandwidth {value!r}: write bits, like '100mbit' (in tc, '100mbps' means megabytes per second, "
+                "so the lab does not accept 'bps')"
+            )
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(bit)?(/s)?\s*", value.lower())
         if not m:
             raise ValueError(
                 f"bandwidth {value!r} is not understood: write a number and a unit, like '100mbit', '1gbit' "
@@ -128,6 +137,21 @@ def _try(command: Sequence[str]) -> tuple[bool, str]:
     return done.returncode == 0, (done.stderr or done.stdout).strip()
 
 
+#: What support() runs in a new namespace: a bridge, a veth pair on it, and a tbf qdisc, as the lab builds them
+#: (a kernel without the bridge, veth or tbf modules would otherwise pass a bare namespace check).
+_PROBE = [
+    sys.executable,
+    "-c",
+    "from pyroute2 import IPRoute\n"
+    "with IPRoute() as ip:\n"
+    "    ip.link('add', ifname='probe-br', kind='bridge')\n"
+    "    ip.link('add', ifname='probe-a', kind='veth', peer='probe-b')\n"
+    "    a = ip.link_lookup(ifname='probe-a')[0]\n"
+    "    ip.link('set', index=a, master=ip.link_lookup(ifname='probe-br')[0], state='up')\n"
+    "    ip.tc('add', 'tbf', index=a, handle='1:', rate='100mbit', burst=27000, latency='5ms')\n",
+]
+
+
 @cache
 def support() -> Support:
     """How this machine can build the lab (checked once: it really creates, and drops, a namespace)."""
@@ -144,10 +168,10 @@ def support() -> Support:
     except ImportError:
         return Support("none", "pyroute2 is not installed: run `make env` (it is pinned in requirements.txt)")
     if os.geteuid() == 0 and forced != "userns":
-        ok, why = _try(["unshare", "--net", "--uts", "--mount", "--propagation", "private", "true"])
+        ok, why = _try(["unshare", "--net", "--uts", "--mount", "--propagation", "private", *_PROBE])
         if ok:
             return Support("root", "running as root: network namespaces")
-    ok, why = _try(["unshare", "--user", "--map-root-user", "--net", "--uts", "--mount", "true"])
+    ok, why = _try(["unshare", "--user", "--map-root-user", "--net", "--uts", "--mount", *_PROBE])
     if ok:
         return Support("userns", "no root needed: network namespaces inside a user namespace")
     return Support(
@@ -509,6 +533,8 @@ def _host_main(name: str, hosts_file: str) -> None:
 
     socket.sethostname(name)
     subprocess.run(["mount", "--bind", hosts_file, "/etc/hosts"], check=True)
+    # /sys/class/net and friends describe the namespace that mounts sysfs: the host's own eth0, not the machine's
+    subprocess.run(["mount", "-t", "sysfs", "sysfs", "/sys"], check=True)
     print("up", flush=True)
     sys.stdin.buffer.read()  # returns when the holder closes the pipe (or dies)
 
@@ -599,7 +625,7 @@ def _holder_main(spec: dict[str, Any]) -> None:
             if _read_line(h.stdout, 20).strip() != "up":
                 raise LabError("a host did not come up")
         burst = max(3 * MTU, int(rate / 8 * 0.001)) if rate else 0  # 1 ms of traffic, at least 3 frames
-        shape = {"rate": f"{int(rate)}bit", "burst": burst, "latency": "100ms"} if rate else None
+        shape = {"rate": f"{int(rate)}bit", "burst": burst, "latency": "5ms"} if rate else None
         with IPRoute() as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
             ipr.link("add", ifname="switch", kind="bridge")

@@ -202,9 +202,14 @@ def predicted_efficiency(
     return one_rank_step / step
 
 
-def binding_rate(n: int, grad_bytes: float, compute_step: float, overlap: float = 1.0) -> float:
-    """The link rate (bytes/s) below which a step's ring allreduce outlasts the `overlap` share of its computation
-    it can hide behind (overlap 1: the whole computation), and so lengthens the step."""
+def binding_rate(
+    n: int, grad_bytes: float, compute_step: float, overlap: float = 1.0, fixed_seconds: float = 0.0
+) -> float:
+    """The link rate (bytes/s) below which a step's ring allreduce (its fixed cost included) outlasts the `overlap`
+    share of the computation it can hide behind (overlap 1: the whole computation), and so lengthens the step."""
     if n < 2 or compute_step <= 0 or not 0 < overlap <= 1:
         raise ValueError("n must be at least 2, compute_step positive and overlap in (0, 1]")
-    return 2 * (n - 1) / n * grad_bytes / (overlap * compute_step)
+    room = overlap * compute_step - fixed_seconds
+    if room <= 0:
+        return float("inf")  # the fixed cost alone outlasts the overlap: every link binds
+    return 2 * (n - 1) / n * grad_bytes / room
