@@ -4,10 +4,11 @@
 
 The variables live on the parameter servers; the coordinator (this process, the "chief") schedules
 training steps on whichever worker is free (`ClusterCoordinator.schedule`); each worker reads the
-variables, computes a gradient on its own batch and applies it to the parameter servers without
-waiting for the others. Keras 3's `model.fit` does not support this strategy (--try-fit shows its error),
-so the loop is written out. Prints one line per epoch and one `RESULT {json}` line (with --try-fit,
-first a line `FIT {json}` saying what `model.fit` did).
+variables, computes a gradient on its own batch (each keeps its own share of the shuffled batches) and
+applies it to the parameter servers without waiting for the others. Keras 3's `model.fit` does not
+support this strategy (--try-fit shows its error), so the loop is written out. Prints one line per epoch
+and one `RESULT {json}` line, which also says how many steps each worker ran and the first batches it
+trained on (with --try-fit, first a line `FIT {json}` saying what `model.fit` did).
 """
 
 import argparse
@@ -32,8 +33,10 @@ args = parser.parse_args()
 
 # More than one inter-op thread: with one, the coordinator's scheduling can wait on itself and hang.
 tf.config.threading.set_inter_op_parallelism_threads(4)
-strategy = tf.distribute.ParameterServerStrategy(tf.distribute.cluster_resolver.TFConfigClusterResolver())
+resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+strategy = tf.distribute.ParameterServerStrategy(resolver)
 coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+WORKERS = resolver.cluster_spec().num_tasks("worker")
 
 values = (
     data.synthetic_series(args.data_size, seed=args.seed)
@@ -63,9 +66,14 @@ if args.try_fit:
 
 
 def dataset_fn():
-    # Each worker shuffles its own copy of the data: no worker waits for a shard from another.
-    seed = np.random.SeedSequence(args.seed).generate_state(1)[0]
-    return data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=int(seed)).repeat()
+    # Every worker builds the same shuffled batches and keeps every W-th one, from its own index: the workers
+    # train on different batches. The function is traced once, on the coordinator, and the same graph runs on
+    # every worker, so the worker's index is read on the worker. (The strategy's InputContext cannot tell
+    # the workers apart here: it reports one input pipeline, id 0, on each.)
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    seed = int(np.random.SeedSequence(args.seed).generate_state(1)[0])
+    batches = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=seed)
+    return batches.shard(WORKERS, worker).repeat()
 
 
 iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
@@ -81,11 +89,15 @@ def train_step(it):
         return loss
 
     x, y = next(it)
-    return strategy.run(replica_step, args=(x, y))
+    # Which worker ran the step, and a fingerprint of its batch (the sum of its targets): the lesson checks
+    # from these that the workers did not train on the same batches.
+    worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+    return strategy.run(replica_step, args=(x, y)), worker, tf.reduce_sum(y)
 
 
 logs = {"val_loss": [], "train_seconds": [], "steps_per_s": [], "loss": []}
 trained = 0.0  # seconds spent training, validation excluded
+batches: dict[int, list[float]] = {}  # worker index -> fingerprints of the batches it trained on, in order
 for epoch in range(args.epochs):
     t0 = time.perf_counter()
     results = [coordinator.schedule(train_step, args=(iterator,)) for _ in range(steps_per_epoch)]
@@ -93,7 +105,10 @@ for epoch in range(args.epochs):
     seconds = time.perf_counter() - t0
     trained += seconds
     val_loss = model.mse(net(splits.x_val, training=False).numpy(), splits.y_val)  # variables read from the ps
-    logs["loss"].append(float(np.mean([r.fetch() for r in results])))
+    fetched = [r.fetch() for r in results]  # (loss, worker, batch fingerprint) of each step, in schedule order
+    logs["loss"].append(float(np.mean([loss for loss, _, _ in fetched])))
+    for _, worker, fingerprint in fetched:  # a worker runs its steps one at a time, in the order scheduled
+        batches.setdefault(int(worker), []).append(float(fingerprint))
     logs["val_loss"].append(val_loss)
     logs["train_seconds"].append(trained)
     logs["steps_per_s"].append(steps_per_epoch / seconds)
@@ -103,6 +118,16 @@ for epoch in range(args.epochs):
         flush=True,
     )
 print(
-    "RESULT " + json.dumps({"rank": 0, "batch": args.batch_size, "steps_per_epoch": steps_per_epoch, **logs}),
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": 0,
+            "batch": args.batch_size,
+            "steps_per_epoch": steps_per_epoch,
+            **logs,
+            "steps_by_worker": {w: len(b) for w, b in sorted(batches.items())},
+            "first_batches": {w: b[:8] for w, b in sorted(batches.items())},  # 8 fingerprints per worker
+        }
+    ),
     flush=True,
 )

@@ -69,3 +69,10 @@ def test_parameter_server_training_runs_and_reports_the_fit_error():
     rec = run.records()[0]
     # Normalised data: predicting the mean scores about 1.0; two epochs of training must do far better.
     assert len(rec["val_loss"]) == 2 and 0 < rec["val_loss"][-1] < 0.5
+    # Both workers trained, each on its own shuffle: with one seed for both, the k-th batch of one worker would
+    # be the k-th batch of the other (equal fingerprints, position by position).
+    first = rec["first_batches"]
+    assert sorted(first) == ["0", "1"] and sum(rec["steps_by_worker"].values()) == 2 * rec["steps_per_epoch"]
+    shared = min(len(first["0"]), len(first["1"]))
+    assert shared >= 1, f"a worker trained on no batch: {rec['steps_by_worker']}"
+    assert first["0"][:shared] != first["1"][:shared], "both workers trained on the same batches in the same order"
