@@ -6,12 +6,14 @@
 The single-worker script (train_single.py) with the changes marked `# MWMS:`. Keras 3's `model.fit` fails
 under this strategy (keras-team/keras#20585), so the loop that `fit` ran is written out: a distributed
 dataset, `strategy.run` for one step on every replica, `strategy.reduce` for the metrics. --batch-size is
-per worker, as in train_horovod.py; --lr is the single-worker rate, scaled by the number of workers after
-a warm-up. In a SageMaker job the cluster comes from SM_HOSTS and SM_CURRENT_HOST (utils.job). Prints
-one line per epoch (the chief) and a line `RESULT {json}` per worker.
+per replica: the strategy makes one replica per device a worker trains on, so on CPU (one replica per
+worker, as here) it is the per-worker batch of train_horovod.py, and a worker with 8 GPUs takes 8 such
+batches per step; --lr is the single-replica rate, scaled by the number of replicas after a warm-up. In a SageMaker job the cluster comes from SM_HOSTS and SM_CURRENT_HOST
+(utils.job). Prints one line per epoch (the chief) and a line `RESULT {json}` per worker.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -49,7 +51,8 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy(
         bytes_per_pack=args.bytes_per_pack,
     )
 )
-rank, workers = cluster.index, strategy.num_replicas_in_sync
+# MWMS: workers are processes (one per instance); replicas are the devices they train on, all workers' together.
+rank, workers, replicas = cluster.index, len(cluster.hosts), strategy.num_replicas_in_sync
 chief = rank == 0  # MWMS: worker 0 prints and writes checkpoints
 
 values = (
@@ -60,13 +63,13 @@ values = (
 splits = data.prepare(values)
 x_train, y_train = splits.x_train, splits.y_train
 # MWMS: every worker builds the same dataset of global batches (same shuffle seed); the strategy gives
-# each worker its part of every batch (sharding by DATA). Whole batches only: every worker takes
-# the same number of steps.
-GLOBAL_BATCH = args.batch_size * workers
+# each worker its part of every batch (sharding by DATA), split again among its replicas. Whole batches
+# only: every worker takes the same number of steps.
+GLOBAL_BATCH = args.batch_size * replicas
 train = strategy.experimental_distribute_dataset(
     data.to_dataset(x_train, y_train, GLOBAL_BATCH, shuffle=True, seed=args.seed, drop_remainder=True)
 )
-val = strategy.experimental_distribute_dataset(data.to_dataset(splits.x_val, splits.y_val, 1024 * workers))
+val = strategy.experimental_distribute_dataset(data.to_dataset(splits.x_val, splits.y_val, 1024 * replicas))
 steps_per_epoch = len(x_train) // GLOBAL_BATCH
 
 # MWMS: variables created inside the scope are mirrored on every worker and kept identical.
@@ -120,8 +123,8 @@ for epoch in range(initial_epoch, args.epochs):
     start, steps, losses = time.perf_counter(), [], []
     for i, batch in enumerate(train):
         step = epoch * steps_per_epoch + i
-        # MWMS: the rate grows from the single-worker rate to workers x it over the warm-up (lesson 02).
-        optimizer.learning_rate.assign(base_lr * (1 + (workers - 1) * min(1.0, step / warmup_steps)))
+        # MWMS: the rate grows from the single-replica rate to replicas x it over the warm-up (lesson 02).
+        optimizer.learning_rate.assign(base_lr * (1 + (replicas - 1) * min(1.0, step / warmup_steps)))
         t0 = time.perf_counter()
         losses.append(float(train_step(batch)))
         steps.append(time.perf_counter() - t0)
@@ -158,11 +161,14 @@ print(
         {
             "rank": rank,
             "size": workers,
+            "replicas": replicas,
             **logs_all,
-            "batch": args.batch_size,
+            "batch": GLOBAL_BATCH // workers,  # examples this worker takes per step (all its replicas')
+            "batch_per_replica": args.batch_size,
             "resumed_after": initial_epoch,
             **({"history": saver.history} if saver else {}),  # every epoch's logs, the resumed ones too
-            "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),
+            "weights_checksum": float(sum(np.abs(w).sum() for w in net.get_weights())),  # lesson 07 reads it
+            "weights_sha256": hashlib.sha256(b"".join(w.tobytes() for w in net.get_weights())).hexdigest(),
         }
     ),
     flush=True,

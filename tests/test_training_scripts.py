@@ -68,7 +68,9 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
     )
     ranks = run.records()
     assert [r["rank"] for r in ranks] == [0, 1] and all(r["size"] == 2 for r in ranks)
-    assert all(len(r["loss"]) == 1 and r["batch"] == 256 for r in ranks)  # hyperparameters from SM_HPS
+    assert all(r["replicas"] == 2 for r in ranks)  # one replica per worker on CPU: the batch stays per worker
+    assert all(len(r["loss"]) == 1 and r["batch"] == r["batch_per_replica"] == 256 for r in ranks)  # from SM_HPS
+    assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]  # bit-identical weights
     assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
     assert (model_dir / "forecaster.keras").exists()  # the chief saved the model for deployment
 
