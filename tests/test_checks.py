@@ -1,5 +1,10 @@
 """Exercise checks accept right answers, reject wrong ones and guide unanswered ones."""
 
+import hashlib
+import json
+
+import numpy as np
+
 from utils import checks
 
 
@@ -23,6 +28,24 @@ def test_allreduce_checks():
     assert checks.check_allreduce_average(4, 2.5)
     assert checks.check_global_batch(32, 4, 128)
     assert not checks.check_global_batch(32, 4, 32)
+
+
+def test_global_batch_of_replicas_tells_workers_from_replicas(capsys):
+    # 4 instances x 8 GPUs: 32 replicas of 32 examples each.
+    assert checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=1024, workers=4)
+    assert not checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=128, workers=4)
+    assert "multiplied by the 4 workers" in capsys.readouterr().out
+    assert not checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=32, workers=4)
+    assert "a replica is one device" in capsys.readouterr().out
+
+
+def test_weights_sha256_reads_a_result_line_exactly():
+    """The digest of weights printed as JSON equals the script's digest of the float32 arrays, and one ulp changes it."""
+    w = [np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32), np.float32([0.1, 2.0])]
+    printed = json.loads(json.dumps([x.tolist() for x in w]))
+    assert checks._weights_sha256(printed) == hashlib.sha256(b"".join(x.tobytes() for x in w)).hexdigest()
+    nudged = [w[0], np.float32([0.1, np.nextafter(np.float32(2.0), np.float32(3.0))])]
+    assert checks._weights_sha256([x.tolist() for x in nudged]) != checks._weights_sha256(printed)
 
 
 def test_restart_arithmetic():

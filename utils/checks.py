@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -61,6 +62,20 @@ def check_global_batch(per_worker_batch: int, workers: int, answer: int | None) 
     return report(
         "global batch", answer, per_worker_batch * workers, hint="every worker processes its own batch in each step."
     )
+
+
+def check_global_batch_of_replicas(
+    per_replica_batch: int, replicas: int, answer: int | None, workers: int | None = None
+) -> bool:
+    """Exercise (lesson 05): the global batch when each of `replicas` replicas takes `per_replica_batch`."""
+    if workers is not None and answer == per_replica_batch * workers and workers != replicas:
+        hint = (
+            f"you multiplied by the {workers} workers; strategy.num_replicas_in_sync counts replicas, one per "
+            f"device every worker trains on ({replicas} here), and each replica takes {per_replica_batch} examples."
+        )
+    else:
+        hint = "a worker is a process (one per instance); a replica is one device of it, and each takes its own batch."
+    return report("global batch", answer, per_replica_batch * replicas, hint=hint)
 
 
 def restart_after_failure(failed_during_epoch: int, checkpoint_every: int = 1) -> tuple[int, int]:
@@ -241,6 +256,11 @@ EXERCISE_BATCH, EXERCISE_WORKERS = 32, 2
 _REFERENCE_WEIGHTS: dict[tuple, list] = {}
 
 
+def _weights_sha256(weights: list) -> str:
+    """SHA-256 of a worker's float32 weights as its RESULT line lists them (the JSON numbers are exact)."""
+    return hashlib.sha256(b"".join(np.asarray(w, dtype=np.float32).tobytes() for w in weights)).hexdigest()
+
+
 def _weights_close(a: list, b: list, tol: float = 1e-4) -> bool:
     return len(a) == len(b) and all(
         np.shape(x) == np.shape(y) and np.allclose(x, y, rtol=tol, atol=tol) for x, y in zip(a, b)
@@ -293,10 +313,10 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
             f"TODO 2: the global batch should be {EXERCISE_BATCH} x {EXERCISE_WORKERS} = "
             f"{EXERCISE_BATCH * EXERCISE_WORKERS}, it is {recs[0]['global_batch']}"
         )
-    elif not _weights_close(recs[0]["weights"], recs[1]["weights"], 1e-6):
+    elif _weights_sha256(recs[0]["weights"]) != _weights_sha256(recs[1]["weights"]):
         problems.append(
-            "TODO 3 or 5: the workers end with different weights: create the model and optimizer "
-            "inside strategy.scope(), and run the step with strategy.run"
+            "TODO 3 or 5: the workers end with different weights (their SHA-256 differ): create the model and "
+            "optimizer inside strategy.scope(), and run the step with strategy.run"
         )
     elif not _weights_close(recs[0]["weights"], expected):
         problems.append(
@@ -310,7 +330,8 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
         print(f"[MWMS script] not yet: {p}")
     if not problems:
         print(
-            f"[MWMS script] correct: {EXERCISE_WORKERS} workers with identical weights, equal to one worker "
+            f"[MWMS script] correct: {EXERCISE_WORKERS} workers with bit-identical weights (SHA-256 "
+            f"{_weights_sha256(recs[0]['weights'])[:16]}…), equal to one worker "
             f"trained on the global batch of {EXERCISE_BATCH * EXERCISE_WORKERS}; only worker 0 saved the model."
         )
     return not problems
