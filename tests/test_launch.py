@@ -621,3 +621,25 @@ def test_a_worker_still_stopped_at_the_timeout_is_named(tmp_path, no_leftovers):
         )
     assert err.value.rank == 1, err.value.reason
     assert err.value.reason == "hung: worker 1 was stopped (process state T) at the timeout of 8 s"
+
+
+def test_the_frameworks_timeout_lines_are_found_and_shortened():
+    """Lines Horovod 0.28.1 (Gloo) printed here when its peer was stopped: in a collective, and at the rendezvous."""
+    collective = (
+        "[0]<stderr>:[2026-11-25 09:51:05.391571: E /tmp/tmp.hcp8wC5YvQ/horovod-0.28.1/horovod/common/operations.cc:697]"
+        " [0]: Horovod background loop uncaught exception: [/tmp/tmp.hcp8wC5YvQ/horovod-0.28.1/third_party/"
+        "compatible17_gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 5000ms for recv operation to complete"
+    )
+    rendezvous = (
+        "[0]<stderr>:  what():  [/tmp/tmp.hcp8wC5YvQ/horovod-0.28.1/horovod/common/gloo/http_store.cc:54] Wait timeout "
+        "after 30 seconds for key(s): 1. You may want to increase the timeout via HOROVOD_GLOO_TIMEOUT_SECONDS"
+    )
+    assert launch._peer_timeout(f"[0]<stdout>:epoch 1/5\n{collective}\n") == (
+        "[2026-11-25 09:51:05.391571: E operations.cc:697] [0]: Horovod background loop uncaught exception: "
+        "[unbound_buffer.cc:81] Timed out waiting 5000ms for recv operation to complete"
+    )
+    assert launch._peer_timeout(rendezvous) == (
+        "what():  [http_store.cc:54] Wait timeout after 30 seconds for key(s): 1. You may want to increase the timeout "
+        "via HOROVOD_GLOO_TIMEOUT_SECONDS"
+    )
+    assert launch._peer_timeout("Traceback (most recent call last):\nValueError: bad shape") is None

@@ -52,9 +52,11 @@ KEEP_LOGS = 10
 STOPPED_AFTER = 10.0
 #: Seconds between two looks at the state of a run's processes.
 WATCH_EVERY = 0.5
-#: A line in which a framework gives up waiting for a peer: Gloo's timeout (Horovod), TensorFlow's
-#: health check of the cluster (MultiWorkerMirroredStrategy), gRPC's deadline.
-PEER_TIMEOUT = re.compile(r"Timed out waiting|Cluster check alive failed|DEADLINE_EXCEEDED|Deadline ?Exceeded")
+#: A line in which a framework gives up waiting for a peer: Gloo's timeouts in a collective and at the
+#: rendezvous (Horovod), TensorFlow's health check of the cluster (MultiWorkerMirroredStrategy), gRPC's deadline.
+PEER_TIMEOUT = re.compile(
+    r"Timed out waiting|Wait timeout after|Cluster check alive failed|DEADLINE_EXCEEDED|Deadline ?Exceeded"
+)
 
 
 class WorkerError(RuntimeError):
