@@ -325,12 +325,12 @@ class _Watch:
     """What each rank of a run is doing, looked at every WATCH_EVERY s: since when it has been stopped
     (process state T), whether it ever was, and when it was first seen without a live process.
 
-    A rank is a worker (its process and their descendants), or, with `rank_env`, every process of the run
-    whose environment names that rank (the ranks that horovodrun starts).
+    A rank is a worker (its process and their descendants), or, with `rank_env`, every descendant of the
+    launcher whose environment names that rank (the ranks that horovodrun starts).
     """
 
-    def __init__(self, run_id: str, workers: Sequence[_Worker], rank_env: str | None):
-        self.run_id, self.workers, self.rank_env = run_id, workers, rank_env
+    def __init__(self, workers: Sequence[_Worker], rank_env: str | None):
+        self.workers, self.rank_env = workers, rank_env
         self.stopped_since: dict[int, float] = {}  # continuously stopped since
         self.was_stopped: dict[int, float] = {}  # first seen stopped
         self.gone: dict[int, float] = {}  # first seen with no live process
@@ -339,18 +339,19 @@ class _Watch:
 
     def _ranks(self) -> dict[int, list[psutil.Process]]:
         found: dict[int, list[psutil.Process]] = {}
-        if self.rank_env:
-            for proc in processes.marked(RUN_MARKER, self.run_id):
+        for w in self.workers:
+            try:
+                tree = [w.handle, *w.handle.children(recursive=True)]
+            except psutil.Error:  # it has ended
+                continue
+            if not self.rank_env:
+                found[w.rank] = tree
+                continue
+            for proc in tree:  # a launcher's ranks are its descendants
                 try:
                     found.setdefault(int(proc.environ()[self.rank_env]), []).append(proc)
                 except (psutil.Error, OSError, KeyError, ValueError):
                     continue
-            return found
-        for w in self.workers:
-            try:
-                found[w.rank] = [w.handle, *w.handle.children(recursive=True)]
-            except psutil.Error:  # it has ended
-                continue
         return found
 
     def look(self, force: bool = False) -> None:
@@ -450,7 +451,7 @@ def run_workers(
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
     noun = "rank" if rank_env else "worker"
-    watch = _Watch(run_id, workers, rank_env)
+    watch = _Watch(workers, rank_env)
 
     def text_of(rank: int) -> str:
         """What rank `rank` printed: its worker's log, or its lines in the launcher's log (rank_env)."""
