@@ -330,6 +330,12 @@ def test_schedule_is_a_valid_create_schedule_request(aws_request):
     assert schedule["FlexibleTimeWindow"] == {"Mode": "OFF"}
     sent = json.loads(schedule["Target"]["Input"])
     assert sent["TrainingJobName"].endswith("-<aws.scheduler.execution-id>")
+    # retries bounded within minutes, far below the scheduler's own limits (the service model's maxima)
+    limits = botocore.session.get_session().get_service_model("scheduler").shape_for("RetryPolicy").members
+    retry = schedule["Target"]["RetryPolicy"]
+    assert retry == {"MaximumEventAgeInSeconds": 600, "MaximumRetryAttempts": 3}
+    assert retry["MaximumEventAgeInSeconds"] < limits["MaximumEventAgeInSeconds"].metadata["max"]
+    assert retry["MaximumRetryAttempts"] < limits["MaximumRetryAttempts"].metadata["max"]
 
 
 def test_flexible_window(aws_request):

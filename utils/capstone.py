@@ -235,11 +235,15 @@ def hourly_schedule(
     name: str = "forecaster-hourly",
     rate: str = "rate(1 hour)",
     window_minutes: int = 0,
+    retry_minutes: int = 10,
+    retries: int = 3,
 ) -> dict:
     """A CreateSchedule request that sends `training_request` to SageMaker at every tick of `rate`.
 
     A job name must be unique, so the name becomes `<prefix>-<aws.scheduler.execution-id>`, which the
     scheduler replaces with the id of each invocation. `window_minutes` > 0 lets it start up to that late.
+    A call SageMaker refuses (throttled, over a quota) is retried `retries` times within `retry_minutes`, not
+    with the scheduler's defaults (185 attempts over 24 hours), which could start an hourly job hours late.
     """
     request = json.loads(json.dumps(training_request))
     prefix = request["TrainingJobName"].rsplit("-", 1)[0][:40]
@@ -252,7 +256,12 @@ def hourly_schedule(
         "Name": name,
         "ScheduleExpression": rate,
         "FlexibleTimeWindow": window,
-        "Target": {"Arn": TRAINING_TARGET, "RoleArn": role_arn, "Input": json.dumps(request)},
+        "Target": {
+            "Arn": TRAINING_TARGET,
+            "RoleArn": role_arn,
+            "Input": json.dumps(request),
+            "RetryPolicy": {"MaximumEventAgeInSeconds": 60 * retry_minutes, "MaximumRetryAttempts": retries},
+        },
     }
 
 
