@@ -429,8 +429,10 @@ class Lab:
         stream: bool | Callable[[str], bool] = True,
     ):
         """Run `script` as one tf.distribute worker per host, each on port 2222 of its own host."""
+        from utils import launch
+
         self._need()
-        path = _script(script)
+        path = launch._check_script(script)
         n = len(self.hosts)
         envs = [{**(env or {}), "TF_CONFIG": json.dumps(self.tf_config(i))} for i in range(n)]
         return self.run(
@@ -461,7 +463,7 @@ class Lab:
             raise RuntimeError(why)
         if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
             raise ValueError(f"per_host must be a whole number of at least 1, got {per_host!r}")
-        path = _script(script)
+        path = launch._check_script(script)
         n = len(self.hosts) * per_host
         slots = get_host_assignments(parse_hosts(",".join(f"{h}:{per_host}" for h in self.names)), n)
         shared = {k: str(v) for k, v in create_run_env_vars(self.addresses[0], ["eth0"], RENDEZVOUS_PORT).items()}
@@ -493,13 +495,6 @@ _LIVE: set[Lab] = set()
 def _stop_all() -> None:
     for lab in list(_LIVE):
         lab.stop()
-
-
-def _script(script: str | Path) -> Path:
-    path = Path(script)
-    if not path.is_file():
-        raise FileNotFoundError(f"worker script {path} does not exist: give the path of a .py file")
-    return path.resolve()
 
 
 def _read_line(stream: Any, timeout: float) -> str:
