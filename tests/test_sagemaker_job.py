@@ -235,13 +235,14 @@ def test_online_needs_opt_in_and_credentials(no_aws_credentials):
         sj.check_online_allowed({sj.ONLINE_FLAG: "1"})
 
 
-def run_cli(*args):
+def run_cli(*args, env=None):
     return subprocess.run(
         [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=REPO_ROOT,
+        env=env,
     )
 
 
@@ -405,19 +406,8 @@ def online_env(endpoint: str) -> dict[str, str]:
     }
 
 
-def run_cli_env(env, *args):
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-
-
 def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws):
-    run = run_cli_env(online_env(refusing_aws), "single", "--online", "--limit-usd", "0.01")
+    run = run_cli("single", "--online", "--limit-usd", "0.01", env=online_env(refusing_aws))
     assert run.returncode == 2, run.stderr[-2000:]
     assert "Traceback" not in run.stderr
     assert "above your limit of $0.01" in run.stderr
@@ -425,7 +415,7 @@ def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws):
 
 
 def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws):
-    run = run_cli_env(online_env(refusing_aws), "single", "--online", "--limit-usd", "100")
+    run = run_cli("single", "--online", "--limit-usd", "100", env=online_env(refusing_aws))
     assert run.returncode == 2, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "InvalidClientTokenId" in run.stderr and "aws sts get-caller-identity" in run.stderr
@@ -437,7 +427,7 @@ def test_online_says_so_when_aws_cannot_be_reached():
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     env = online_env(f"http://127.0.0.1:{port}") | {"AWS_MAX_ATTEMPTS": "1"}
-    run = run_cli_env(env, "single", "--online", "--limit-usd", "100")
+    run = run_cli("single", "--online", "--limit-usd", "100", env=env)
     assert run.returncode == 2, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "could not reach AWS" in run.stderr
