@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils import course, envinfo, mode
+import psutil
+
+from utils import course, envinfo, mode, processes, solutions
 
 
 @dataclass
@@ -27,17 +30,60 @@ class Lesson:
             print("skipped:", self.horovod_why)
         return self.horovod_ok
 
+    def solutions(self, run: bool = True) -> None:
+        """Let this lesson's solution cells (%%solution) run when run again; run=False stops them again."""
+        print(solutions.request(run))
+
     def elapsed(self) -> float:
         """Seconds since the set-up cell ran."""
         return time.perf_counter() - self.started
 
     def finish(self) -> str:
-        """Remove the scratch folder and return one line on how long the lesson's code ran, and in which mode."""
+        """Free what the lesson started and return a line: run time, what was freed, and to shut the kernel down.
+
+        Freed: the scratch folder, worker processes of course launches still running under this process (a cell
+        interrupted mid-run can leave them), network labs still up, and matplotlib's open figures. The kernel's
+        own memory (TensorFlow's included) is freed only when the kernel shuts down, hence the reminder.
+        """
         shutil.rmtree(self.work, ignore_errors=True)
-        return (
+        workers = _leftover_workers()
+        left = processes.stop(workers)
+        netlab = sys.modules.get("utils.netlab")
+        labs = list(netlab._LIVE) if netlab is not None else []
+        for lab in labs:
+            lab.stop()
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is not None:
+            pyplot.close("all")
+        freed = ["its scratch folder"]
+        if workers:
+            freed.append(f"{len(workers) - len(left)} worker process(es) left running by an interrupted cell")
+        if labs:
+            freed.append(f"{len(labs)} network lab(s) still up")
+        rss_gib = psutil.Process().memory_info().rss / 2**30
+        line = (
             f"This notebook's code ran for {self.elapsed():.0f} s after its first cell, "
-            f"in {'smoke' if mode.is_smoke() else 'full'} mode."
+            f"in {'smoke' if mode.is_smoke() else 'full'} mode. Freed: {', '.join(freed)}. "
+            f"This kernel still holds {rss_gib:.1f} GiB of memory: shut it down before the next lesson "
+            "(Kernel ▸ Shut Down Kernel)."
         )
+        if left:
+            line += f" Could not stop PIDs {sorted(p.pid for p in left)}: stop them by hand (kill -9 PID)."
+        return line
+
+
+def _leftover_workers() -> list[psutil.Process]:
+    """Processes under this one that a course launch started (they carry its run marker) and that still run."""
+    from utils.launch import RUN_MARKER
+
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if RUN_MARKER in proc.environ() and processes.alive(proc):
+                found.append(proc)
+        except (psutil.Error, OSError):  # ended meanwhile, or not ours to read
+            continue
+    return found
 
 
 def start(notebook: str, *, horovod: bool = False) -> Lesson:
@@ -47,12 +93,14 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
             f"no lesson named {notebook!r} in {course.NOTEBOOKS}: give the notebook's file name, "
             "e.g. '04_horovod.ipynb'"
         )
+    solutions.from_environment()  # a mistyped COURSE_SOLUTIONS fails here, in the first cell
     print(mode.describe())
     print(course.measured_duration_line(notebook))
     print(envinfo.machine_line())
     warning = course.memory_warning(envinfo.total_memory())
     if warning:
         print(warning)
+    _register_magics()
     lesson = Lesson(notebook)
     if horovod:
         from utils import launch
@@ -60,3 +108,14 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
         lesson.horovod_ok, lesson.horovod_why = launch.horovod_available()
         print(lesson.horovod_why)
     return lesson
+
+
+def _register_magics() -> None:
+    """Register the %%solution cell magic when running under IPython (a plain Python process has no magics)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        solutions.register(shell)
