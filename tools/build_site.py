@@ -67,6 +67,7 @@ def execute(name: str, mode: str, dest: Path) -> float:
     print(f"[site] {name}: executing ({mode}) ...", flush=True)
     start = time.perf_counter()
     os.environ["COURSE_SMOKE"] = "1" if mode == "smoke" else "0"
+    os.environ["COURSE_SOLUTIONS"] = "run"  # solutions run (behind a toggle on the page) and are checked
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the tests do: no CUDA-probe lines on the page
     NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
     seconds = time.perf_counter() - start

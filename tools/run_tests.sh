@@ -73,6 +73,7 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
   echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom"
+  export COURSE_SOLUTIONS=run  # every %%solution cell runs, so that CI checks each solution
   run --nbmake notebooks -v -p no:cacheprovider --nbmake-timeout="$CELL_BUDGET" --durations=0 || rc=1
 fi
 echo "[test] finished in $(( $(date +%s) - start )) s"

@@ -151,6 +151,7 @@ def main() -> None:
     if not args.mode:
         parser.error("--mode full or --mode smoke is needed to time notebooks")
     os.environ["COURSE_SMOKE"] = "1" if args.mode == "smoke" else "0"
+    os.environ["COURSE_SOLUTIONS"] = "run"  # every solution cell runs and is checked, as in the tests
     names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
     cpu = envinfo.cpu_info()
     for name in names:
