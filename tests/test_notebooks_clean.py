@@ -172,3 +172,65 @@ def test_the_deep_dive_check_finds_a_dependency(tmp_path):
     path.write_text(json.dumps(nb))
     with pytest.raises(AssertionError, match=r"cell 5 reads \['b'\] from deep-dive cell 3"):
         test_no_core_cell_depends_on_a_deep_dive(path)
+
+
+def _solution_cells(cells: list[dict]) -> list[int]:
+    """Indexes of code cells that hold a solution: they start with '# Solution', after a %%solution line or not."""
+    found = []
+    for i, c in enumerate(cells):
+        source = "".join(c["source"]).lstrip()
+        if c["cell_type"] == "code" and (source.startswith(("%%solution", "# Solution"))):
+            found.append(i)
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_solutions_wait_for_the_learner(path: Path):
+    """Every solution cell starts with %%solution (it runs only when asked for), is tagged `solution` and
+    `hide-cell` (behind a toggle on the website, output included) and is collapsed in JupyterLab."""
+    cells = json.loads(path.read_text())["cells"]
+    solutions = _solution_cells(cells)
+    assert solutions, f"{path.name} has exercises but no '# Solution' cell"
+    problems = []
+    for i in solutions:
+        source, meta = "".join(cells[i]["source"]), cells[i]["metadata"]
+        if source.splitlines()[0].strip() != "%%solution" or not source.splitlines()[1].startswith("# Solution"):
+            problems.append(f"cell {i} must start with a '%%solution' line, then '# Solution'")
+        if not {"solution", "hide-cell"} <= set(meta.get("tags", [])):
+            problems.append(f"cell {i} must be tagged 'solution' and 'hide-cell'")
+        if meta.get("jupyter", {}).get("source_hidden") is not True:
+            problems.append(f'cell {i} must be collapsed: metadata "jupyter": {{"source_hidden": true}}')
+    assert not problems, f"{path.name}: {problems}"
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "L.solutions()" in text, f"{path.name}'s exercises must say how to run solutions (L.solutions())"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_nothing_reads_what_only_a_solution_defines(path: Path):
+    """Solutions do not run on "Run All": no later cell may read a name that only a solution cell binds."""
+    cells = json.loads(path.read_text())["cells"]
+    solutions = set(_solution_cells(cells))
+    code = {i: "".join(c["source"]) for i, c in enumerate(cells) if c["cell_type"] == "code"}
+    others = [i for i in code if i not in solutions]
+    problems = []
+    for i in sorted(solutions):
+        only_here = _names(code[i], True) - set().union(set(), *(_names(code[j], True) for j in others))
+        for j in others:
+            if j > i and only_here & _names(code[j], False):
+                problems.append(f"cell {j} reads {sorted(only_here & _names(code[j], False))} from solution cell {i}")
+    assert not problems, f"{path.name}: {problems}: define these in the exercise cell, or do not use them later"
+
+
+def test_the_solution_check_finds_a_dependency(tmp_path):
+    nb = {
+        "cells": [
+            {"cell_type": "code", "source": "%%solution\n# Solution: two\nanswer = 2", "metadata": {}, "outputs": []},
+            {"cell_type": "code", "source": "print(answer + 1)", "metadata": {}, "outputs": []},
+        ]
+    }
+    path = tmp_path / "99_x.ipynb"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(AssertionError, match=r"cell 1 reads \['answer'\] from solution cell 0"):
+        test_nothing_reads_what_only_a_solution_defines(path)
+    with pytest.raises(AssertionError, match="must be tagged 'solution' and 'hide-cell'"):
+        test_solutions_wait_for_the_learner(path)
