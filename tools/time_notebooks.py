@@ -6,6 +6,7 @@
     python tools/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
     python tools/time_notebooks.py --mode smoke --out /tmp/d.csv 00_start_here.ipynb   # record elsewhere
     python tools/time_notebooks.py --jupyterlab        # only measure a JupyterLab server's memory
+    python tools/time_notebooks.py --mode smoke --record-references 04_horovod.ipynb   # on a quiet machine
 
 The file records with each time the machine (CPU model, usable cores) and the TensorFlow version, so that
 00_start_here can show the durations together with the hardware that produced them; a hash of the
@@ -142,6 +143,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=course.DURATIONS, help="durations file to record into")
     parser.add_argument("--jupyterlab", action="store_true", help="measure a JupyterLab server's memory")
     parser.add_argument("--jupyterlab-out", type=Path, default=course.JUPYTERLAB_MEMORY)
+    parser.add_argument(
+        "--record-references",
+        action="store_true",
+        help="also record each lesson's verdict-bearing figures in data/reference_figures.csv where they were "
+        "steady (utils.steady): run it on a quiet machine",
+    )
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: all)")
     args = parser.parse_args()
     if args.jupyterlab:
@@ -160,6 +167,12 @@ def main() -> None:
             sys.exit(f"{path} does not exist; give a file name from notebooks/.")
         nb = nbformat.read(path, as_version=4)
         print(f"{name} ({args.mode}) ...", flush=True)
+        if args.record_references:
+            os.environ["COURSE_RECORD_REFERENCES"] = "1"
+            os.environ["COURSE_RECORD_SOURCE"] = (
+                f"{name} in {args.mode} mode, executed by `python tools/time_notebooks.py --mode {args.mode} "
+                f"--record-references {name}`"
+            )
         start = time.perf_counter()
         with PeakMemory() as memory:
             NotebookClient(

@@ -104,6 +104,30 @@ def independent_throughput(records: Sequence[dict[str, Any]]) -> float:
     return sum(r["batch"] / steady_step(r["step_seconds"]) for r in records)
 
 
+def training_throughput(
+    workers: int,
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    *,
+    independent: bool = False,
+    timeout: float = 900,
+) -> tuple[float, float]:
+    """Samples per second and the slowest process's steady step of one training run on this machine:
+    `scripts/train_horovod.py` on `workers` ranks (extra environment `env`), or with `independent=True`
+    `scripts/train_single.py` as that many workers side by side that never communicate (the machine's ceiling)."""
+    if independent:
+        records = launch.launch_tf_workers(
+            paths.SCRIPTS / "train_single.py", workers, args=list(args), timeout=timeout, stream=False
+        ).records()
+        speed = independent_throughput(records)
+    else:
+        records = launch.launch_horovodrun(
+            paths.SCRIPTS / "train_horovod.py", np=workers, args=list(args), env=env, timeout=timeout, stream=False
+        ).records()
+        speed = synchronous_throughput(records)
+    return speed, max(steady_step(r["step_seconds"]) for r in records)
+
+
 @dataclass
 class BestOf:
     """The best throughput seen for each configuration over alternating rounds (other programs share the cores)."""
