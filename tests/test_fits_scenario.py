@@ -287,3 +287,25 @@ def test_predicted_efficiency_and_the_binding_rate_by_hand():
         scenario.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)
     with pytest.raises(ValueError):
         scenario.predicted_efficiency(1.0, 2, 1.0, 1e6, 1e6, overlap=1.5)
+
+
+def test_predicted_efficiency_layer_by_layer_by_hand():
+    # 1.2 s of computation, the last 1/2 of it backward (0.6 s); two layers made in that order, 6 MB then 2 MB
+    # (so ready at 0.6 + 0.45 = 1.05 s and at 1.2 s). At 2 ranks through 10 MB/s links, 6 MB take 0.6 s and 2 MB
+    # 0.2 s: the first crosses 1.05 -> 1.65 s, the second waits for the link, 1.65 -> 1.85 s; +0.05 s fixed.
+    eff = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[6e6, 2e6])
+    assert eff == pytest.approx(1 / 1.9)
+    # the same bytes in the other order: 2 MB ready at 0.75 s crosses by 0.95 s; 6 MB ready at 1.2 s ends at 1.8 s
+    eff = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[2e6, 6e6])
+    assert eff == pytest.approx(1 / 1.85)
+    # a fast link: the computation alone; and never better than the whole allreduce started at the pass's start,
+    # never worse than no overlap at all
+    assert scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 1e12, overlap=0.5, layer_bytes=[6e6, 2e6]) == pytest.approx(
+        1 / 1.2, rel=1e-3
+    )
+    rates = np.geomspace(1e6, 1e10, 30)
+    layered = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5, layer_bytes=[1e6, 6e6, 1e6])
+    assert np.all(layered <= scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5) + 1e-12)
+    assert np.all(layered >= scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.0) - 1e-12)
+    with pytest.raises(ValueError, match="adding up to grad_bytes"):
+        scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, overlap=0.5, layer_bytes=[6e6])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -186,19 +187,40 @@ def predicted_efficiency(
     fixed_seconds: float = 0.0,
     step_latency: float = 0.0,
     overlap: float = 0.0,
+    layer_bytes: Sequence[float] | None = None,
 ) -> np.ndarray:
     """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
     step. That step is the computation (`compute_step`, measured with N processes busy) and the allreduce (its
     fixed cost plus the ring's traffic through links of `link_bytes_per_s`), of which the allreduce may run
     during the last `overlap` share of the computation (0: one after the other; BACKWARD_SHARE: during the
-    backward pass, as Horovod's bridge hands each gradient over when it is ready)."""
+    backward pass, as Horovod's bridge hands each gradient over when it is ready).
+
+    Without `layer_bytes` the whole allreduce may start when that share begins (the most it can hide). With
+    `layer_bytes`, the gradient bytes of each layer in the order the backward pass produces them (the last layer
+    first), each layer's gradient is ready only once the backward pass has computed it (the pass's time shared
+    among the layers in proportion to their bytes: a dense layer's backward work is proportional to its
+    weights) and the link sends them one after the other: the step ends when the last one has crossed."""
     rates = np.asarray(link_bytes_per_s, dtype=float)
     if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
         raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
     if not 0 <= overlap <= 1:
         raise ValueError(f"overlap is a share of the step's computation, between 0 and 1; got {overlap}")
-    comm = fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
-    step = (1 - overlap) * compute_step + np.maximum(overlap * compute_step, comm)
+    if layer_bytes is None:
+        comm = fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
+        step = (1 - overlap) * compute_step + np.maximum(overlap * compute_step, comm)
+        return one_rank_step / step
+    sizes = np.asarray(layer_bytes, dtype=float)
+    if sizes.size == 0 or np.any(sizes < 0) or not np.isclose(sizes.sum(), grad_bytes, rtol=0.01):
+        raise ValueError(
+            f"layer_bytes must be the layers' gradient bytes, adding up to grad_bytes ({grad_bytes:,.0f}); "
+            f"got {sizes.size} layers adding up to {sizes.sum():,.0f}"
+        )
+    backward_start = (1 - overlap) * compute_step
+    ready = backward_start + overlap * compute_step * np.cumsum(sizes) / sizes.sum()
+    done = np.zeros_like(rates)
+    for at, size in zip(ready, sizes):  # first in, first out through the link
+        done = np.maximum(done, at) + ring_allreduce_seconds(n, size, rates, 0.0)
+    step = np.maximum(compute_step, done + fixed_seconds + step_latency)
     return one_rank_step / step
 
 

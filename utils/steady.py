@@ -96,19 +96,22 @@ class CpuWatch:
         self.by_process: dict[tuple[int, float], float] = {}  # CPU seconds of each other process, by (PID, start)
         self._names: dict[tuple[int, float], str] = {}
 
-    def _mine(self) -> set[int]:
-        me = psutil.Process()
-        try:
-            return {me.pid, *(p.pid for p in me.children(recursive=True))}
-        except psutil.Error:
-            return {me.pid}
-
     def _sample(self) -> None:
-        mine, seen = self._mine(), {}
-        for proc in psutil.process_iter(["create_time", "cpu_times", "name"]):
-            times = proc.info["cpu_times"]
-            if times is None or proc.pid in mine:
+        procs = [p for p in psutil.process_iter(["create_time", "cpu_times", "name", "ppid"]) if p.info["cpu_times"]]
+        children: dict[int, list[int]] = {}
+        for p in procs:
+            children.setdefault(p.info["ppid"], []).append(p.pid)
+        mine, todo = set(), [os.getpid()]  # this process and its descendants, from the same snapshot
+        while todo:
+            pid = todo.pop()
+            if pid not in mine:
+                mine.add(pid)
+                todo.extend(children.get(pid, []))
+        seen = {}
+        for proc in procs:
+            if proc.pid in mine:
                 continue
+            times = proc.info["cpu_times"]
             key = _key(proc)
             seen[key] = times.user + times.system
             if key in self._last:
