@@ -74,7 +74,14 @@ prove() {
   local report
   report="$(TF_CPP_MIN_LOG_LEVEL=3 "$bin/horovodrun" --check-build 2>/dev/null)" \
     || die "horovodrun --check-build failed: Horovod does not load (run it by hand to see why)."
-  printf '%s\n' "$report" | grep -E 'Horovod v|\[X\] (TensorFlow|Gloo)' | sed 's/^/[horovod]   /'
+  printf '%s\n' "$report" | grep -E 'Horovod v' | sed 's/^/[horovod]   /'
+  # Each ticked item once, with the sections that list it (Gloo is both a controller and a tensor operation).
+  printf '%s\n' "$report" | awk '
+    /^Available / { section = tolower($0); sub(/^available /, "", section); sub(/:.*/, "", section) }
+    /\[X\] (TensorFlow|Gloo)/ {
+      if (!($2 in where)) { order[++n] = $2; where[$2] = section } else { where[$2] = where[$2] " and " section }
+    }
+    END { for (i = 1; i <= n; i++) printf "[horovod]   [X] %s (%s)\n", order[i], where[order[i]] }'
   printf '%s\n' "$report" | grep -q '\[X\] Gloo' || die "Horovod was built without Gloo."
   local out
   out="$(cd "$repo" && with_timeout 120 env OMP_NUM_THREADS=1 TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 \
