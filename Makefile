@@ -34,13 +34,15 @@ unit: env
 notebooks: env
 	@bash tools/run_tests.sh notebooks
 
-# ruff: lint and format checks (settings in pyproject.toml); `make format` rewrites the files.
+# ruff: lint and format checks (settings in pyproject.toml); `make format` rewrites the files (notebooks: no
+# outputs, in the layout JupyterLab saves).
 lint: env
 	@bash tools/run_tests.sh lint
 
 format: env
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	$(VENV)/bin/python -m nbstripout --keep-id notebooks/*.ipynb
 
 # Re-time every lesson in full and smoke mode into data/notebook_durations.csv (about 15 minutes), measure a
 # JupyterLab server's memory (data/jupyterlab_memory.csv), and rewrite the instructor's page from the figures.
@@ -75,5 +77,7 @@ site-check: env
 horovod: env
 	@bash tools/build_horovod.sh $(VENV)/bin/python
 
+# The git filter runs the environment's nbstripout: it goes with the environment (make env puts it back).
 clean-env:
+	-$(VENV)/bin/python -m nbstripout --uninstall 2>/dev/null
 	rm -rf $(VENV)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,28 @@ def test_the_solution_check_finds_a_dependency(tmp_path):
         test_nothing_reads_what_only_a_solution_defines(path)
     with pytest.raises(AssertionError, match="must be tagged 'solution' and 'hide-cell'"):
         test_solutions_wait_for_the_learner(path)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_as_jupyterlab_saves_it(path: Path):
+    """Opening a lesson in JupyterLab does not mark it modified: the file is what JupyterLab 4 would save with the
+    course's kernel (nbformat 4.5 with cell ids, nbformat's layout, and the kernel's kernelspec and language_info)."""
+    import nbformat
+    from ipykernel.ipkernel import IPythonKernel
+
+    text = path.read_text()
+    nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5), f"{path.name}: JupyterLab 4 saves nbformat 4.5"
+    assert all("id" in c for c in nb.cells), f"{path.name}: every cell needs an id (8 hex characters for new ones)"
+    assert text == nbformat.writes(nb) + "\n", (
+        f"{path.name} is not in nbformat's layout (sorted keys, sources split in lines, final newline), which "
+        f"JupyterLab and the git filter write: run `.venv/bin/python -m nbstripout --keep-id notebooks/{path.name}`"
+    )
+    spec = json.loads((Path(sys.prefix) / "share/jupyter/kernels/python3/kernel.json").read_text())
+    assert nb.metadata.kernelspec == {"display_name": spec["display_name"], "language": "python", "name": "python3"}
+    # The patch release (3.11.x) is the only part that may differ from this machine's kernel.
+    want = {k: v for k, v in IPythonKernel.language_info.items() if k != "version"}
+    stored = dict(nb.metadata.language_info)
+    assert stored.pop("version", "").startswith("3.11.") and stored == want, (
+        f"{path.name}: metadata.language_info must be what the kernel reports: {IPythonKernel.language_info}"
+    )
