@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the course's tests in .venv: the unit tests, then every notebook executed top to bottom
-# in smoke mode (COURSE_SMOKE=1). Bounded per test, per notebook cell, and as a whole run.
+# in smoke mode (COURSE_SMOKE=1), its executed copy kept in build/executed/smoke (utils/execution.py).
+# Bounded per test, per notebook cell, and as a whole run.
 #   bash tools/run_tests.sh [all|lint|unit|notebooks]
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell).
 set -uo pipefail
@@ -27,19 +28,28 @@ stop_leftovers() {
 }
 trap stop_leftovers EXIT
 
-# pytest exits 5 when it collects nothing: a run that tests nothing is a failure here.
-run() {
+# within_budget COMMAND...: run COMMAND with what is left of the whole run's budget; stop it when that is spent.
+within_budget() {
   local left=$(( TEST_BUDGET - ($(date +%s) - start) ))
   if [ "$left" -le 0 ]; then
-    echo "[test] ERROR: the budget of $TEST_BUDGET s for the whole run is used up; not started: pytest $*" >&2
+    echo "[test] ERROR: the budget of $TEST_BUDGET s for the whole run is used up; not started: $*" >&2
     return 1
   fi
-  KILL_AFTER=30 with_timeout "$left" "$py" -m pytest "$@"
+  KILL_AFTER=30 with_timeout "$left" "$@"
+  local rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "[test] ERROR: the whole run exceeded its budget of $TEST_BUDGET s (TEST_BUDGET) and was stopped." >&2
+  fi
+  return $rc
+}
+
+# pytest exits 5 when it collects nothing: a run that tests nothing is a failure here.
+run() {
+  within_budget "$py" -m pytest "$@"
   local rc=$?
   case $rc in
     0) return 0 ;;
     5) echo "[test] ERROR: no tests were collected by: pytest $*" >&2; return 1 ;;
-    124|137) echo "[test] ERROR: the whole run exceeded its budget of $TEST_BUDGET s (TEST_BUDGET) and was stopped." >&2; return 1 ;;
     *) return $rc ;;
   esac
 }
@@ -72,9 +82,11 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   run tests -q -p no:cacheprovider --timeout=300 --durations=10 || rc=1
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
-  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom"
+  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
   export COURSE_SOLUTIONS=run  # every %%solution cell runs, so that CI checks each solution
-  run --nbmake notebooks -v -p no:cacheprovider --nbmake-timeout="$CELL_BUDGET" --durations=0 || rc=1
+  # The executed copies stay in build/executed/smoke: the website (make site) and the JupyterLab check
+  # (make lab-check) read them instead of executing the lessons again.
+  within_budget "$py" -m utils.execution --mode smoke --cell-timeout "$CELL_BUDGET" || rc=1
 fi
 echo "[test] finished in $(( $(date +%s) - start )) s"
 exit $rc

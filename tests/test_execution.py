@@ -1,0 +1,81 @@
+"""Executed copies of lessons: written once by the notebook tests, reused while the lesson's code is unchanged,
+and a failing or slow cell named by its notebook and position."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from utils import execution
+
+
+def write(folder, name, *cells):
+    nb = new_notebook(cells=list(cells))
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, folder / name)
+    return folder / name
+
+
+@pytest.fixture
+def lessons(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    return tmp_path / "notebooks", tmp_path / "executed"
+
+
+def test_a_copy_keeps_outputs_runs_in_the_mode_and_the_notebooks_folder_and_is_reused(lessons):
+    src, out = lessons
+    code = "import os; print(os.environ['COURSE_SMOKE'], os.environ['COURSE_SOLUTIONS'], os.getcwd())"
+    write(src, "a.ipynb", new_markdown_cell("# A"), new_code_cell(code))
+    path, seconds = execution.ensure("a.ipynb", "smoke", folder=out, source_dir=src)
+    assert path == out / "smoke" / "a.ipynb" and seconds is not None
+    copy = nbformat.read(path, as_version=4)
+    assert copy.cells[1].outputs[0]["text"].split() == ["1", "run", str(src)]
+    assert json.loads((src / "a.ipynb").read_text())["cells"][1]["outputs"] == []  # the source stays clean
+    assert execution.is_current("a.ipynb", "smoke", out, src)
+    assert not execution.is_current("a.ipynb", "full", out, src)
+    assert execution.ensure("a.ipynb", "smoke", folder=out, source_dir=src) == (path, None)  # reused
+
+    write(src, "a.ipynb", new_markdown_cell("# A, reworded"), new_code_cell(code))
+    assert execution.is_current("a.ipynb", "smoke", out, src)  # prose does not change what the code printed
+    write(src, "a.ipynb", new_markdown_cell("# A"), new_code_cell(code + "; print('more')"))
+    assert not execution.is_current("a.ipynb", "smoke", out, src)
+    _, seconds = execution.ensure("a.ipynb", "full", folder=out, source_dir=src)
+    assert seconds is not None
+    full = nbformat.read(out / "full" / "a.ipynb", as_version=4)
+    assert full.cells[1].outputs[0]["text"].split()[0] == "0"
+
+
+def test_a_failing_cell_is_named_and_its_copy_is_never_reused(lessons):
+    src, out = lessons
+    write(
+        src, "b.ipynb", new_code_cell("x = 1"), new_markdown_cell("text"), new_code_cell("raise ValueError('no data')")
+    )
+    with pytest.raises(execution.LessonFailed) as failed:
+        execution.ensure("b.ipynb", "smoke", folder=out, source_dir=src)
+    err = failed.value
+    assert (err.notebook, err.cell, err.count) == ("b.ipynb", 2, 3)
+    assert err.summary == "ValueError: no data"
+    assert "b.ipynb: cell 3 of 3" in str(err) and "raise ValueError('no data')" in str(err)
+    assert err.copy.is_file() and not execution.is_current("b.ipynb", "smoke", out, src)
+
+
+def test_a_cell_past_its_time_limit_is_named(lessons):
+    src, out = lessons
+    write(src, "c.ipynb", new_code_cell("1"), new_code_cell("import time; time.sleep(30)"))
+    with pytest.raises(execution.LessonFailed) as failed:
+        execution.execute("c.ipynb", "smoke", cell_timeout=2, folder=out, source_dir=src)
+    assert failed.value.cell == 1
+    assert failed.value.summary == "it ran past the limit of 2 s for one cell"
+
+
+def test_bad_names_and_modes_are_refused_with_what_to_give(lessons, capsys):
+    with pytest.raises(ValueError, match="'smoke'"):
+        execution.copy_path("a.ipynb", "quick")
+    with pytest.raises(FileNotFoundError, match="lesson's file name"):
+        execution.execute("none.ipynb", "smoke", folder=lessons[1], source_dir=lessons[0])
+    with pytest.raises(SystemExit):
+        execution.main(["--mode", "smoke", "99_none.ipynb"])
+    assert "such as 00_start_here.ipynb" in capsys.readouterr().err

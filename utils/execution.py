@@ -1,0 +1,175 @@
+"""Execute lessons and keep the executed copies: the notebook tests write them, the website and the
+JupyterLab check read them, so that a CI run executes each lesson once.
+
+    python -m utils.execution --mode smoke --cell-timeout 300              # every lesson
+    python -m utils.execution --mode smoke 08_capstone.ipynb               # one lesson
+
+A copy lives in build/executed/<mode>/<lesson>.ipynb. Its metadata (`course_build`) holds the mode and the
+hash of the lesson's code cells it ran (utils.course.code_hash): `ensure` reuses a copy while both still
+match, and executes the lesson again otherwise. The notebooks in git stay without outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils import course
+from utils.paths import NOTEBOOKS, REPO_ROOT
+
+#: Where executed copies are kept, one folder per mode.
+EXECUTED = REPO_ROOT / "build" / "executed"
+MODES = ("smoke", "full")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass
+class LessonFailed(Exception):
+    """A lesson stopped at a cell: an error it raised, or a cell that ran past its time limit."""
+
+    notebook: str
+    cell: int  # index in the notebook's cells, from 0
+    count: int  # number of cells in the notebook
+    cell_id: str
+    summary: str
+    detail: str
+    copy: Path
+
+    def __str__(self) -> str:
+        return (
+            f"{self.notebook}: cell {self.cell + 1} of {self.count} (id {self.cell_id}) failed: {self.summary}\n"
+            f"{self.detail}\nThe copy executed up to that cell: {self.copy}"
+        )
+
+
+def copy_path(notebook: str, mode: str, folder: Path = EXECUTED) -> Path:
+    """Where the executed copy of a lesson in a mode is kept."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}: use 'smoke' (as CI) or 'full' (as a learner)")
+    return folder / mode / notebook
+
+
+def stamp(source: Path, mode: str) -> str:
+    """What an executed copy records of what produced it: the mode and the lesson's code hash."""
+    return f"{mode}:{course.code_hash(source)}"
+
+
+def is_current(notebook: str, mode: str, folder: Path = EXECUTED, source_dir: Path = NOTEBOOKS) -> bool:
+    """True when the lesson has an executed copy in this mode made from its code as it is now."""
+    import nbformat
+
+    path = copy_path(notebook, mode, folder)
+    if not path.is_file():
+        return False
+    return nbformat.read(path, as_version=4).metadata.get("course_build") == stamp(source_dir / notebook, mode)
+
+
+def execute(
+    notebook: str,
+    mode: str,
+    *,
+    cell_timeout: int = 1800,
+    folder: Path = EXECUTED,
+    source_dir: Path = NOTEBOOKS,
+) -> float:
+    """Execute a lesson top to bottom in a fresh kernel (its working folder: the notebook's own) and write the
+    executed copy; return the seconds it took. Raise LessonFailed naming the cell that failed or ran past
+    cell_timeout seconds; the copy is then written up to that cell and marked so that it is never reused."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+    source = source_dir / notebook
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} does not exist: give a lesson's file name from {source_dir}")
+    nb = nbformat.read(source, as_version=4)
+    current = {"index": 0}
+
+    def on_cell_execute(cell, cell_index: int) -> None:
+        current["index"] = cell_index
+
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", on_cell_execute=on_cell_execute)
+    env = {**os.environ, "COURSE_SMOKE": "1" if mode == "smoke" else "0"}
+    env["COURSE_SOLUTIONS"] = "run"  # every %%solution cell runs, so that each solution is checked
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no CUDA-probe lines in the outputs
+    dest = copy_path(notebook, mode, folder)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        client.execute(cwd=str(source.parent), env=env)
+    except (CellExecutionError, CellTimeoutError) as err:
+        nb.metadata["course_build"] = f"failed:{stamp(source, mode)}"
+        nbformat.write(nb, dest)
+        index = current["index"]
+        cell = nb.cells[index]
+        if isinstance(err, CellTimeoutError):
+            summary = f"it ran past the limit of {cell_timeout} s for one cell"
+        else:
+            summary = f"{err.ename}: {_ANSI.sub('', str(err.evalue))}"
+        detail = _ANSI.sub("", str(err)).strip()
+        raise LessonFailed(notebook, index, len(nb.cells), cell.get("id", "?"), summary, detail, dest) from None
+    seconds = time.perf_counter() - start
+    nb.metadata["course_build"] = stamp(source, mode)
+    nbformat.write(nb, dest)
+    return seconds
+
+
+def ensure(
+    notebook: str,
+    mode: str,
+    *,
+    cell_timeout: int = 1800,
+    folder: Path = EXECUTED,
+    source_dir: Path = NOTEBOOKS,
+) -> tuple[Path, float | None]:
+    """The executed copy of a lesson, executing it only when there is no current one; returns the copy's path
+    and the seconds spent executing (None when a current copy was reused)."""
+    if is_current(notebook, mode, folder, source_dir):
+        return copy_path(notebook, mode, folder), None
+    seconds = execute(notebook, mode, cell_timeout=cell_timeout, folder=folder, source_dir=source_dir)
+    return copy_path(notebook, mode, folder), seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Execute the named lessons (default: every lesson) in order; print each one's time; 1 if any failed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds one cell may run")
+    parser.add_argument("--folder", type=Path, default=EXECUTED, help="where the executed copies go")
+    parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: every lesson)")
+    args = parser.parse_args(argv)
+    names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
+    missing = [name for name in names if not (NOTEBOOKS / name).is_file()]
+    if missing:
+        parser.error(
+            f"no lesson named {', '.join(missing)} in {NOTEBOOKS}: give file names such as 00_start_here.ipynb"
+        )
+    times: dict[str, float] = {}
+    failed: list[str] = []
+    for name in names:
+        print(f"[notebooks] {name} ({args.mode}) ...", flush=True)
+        start = time.perf_counter()
+        try:
+            execute(name, args.mode, cell_timeout=args.cell_timeout, folder=args.folder)
+            print(f"[notebooks] {name}: passed in {time.perf_counter() - start:.0f} s", flush=True)
+        except LessonFailed as err:
+            print(f"[notebooks] FAILED {err}", file=sys.stderr, flush=True)
+            failed.append(f"{name}, cell {err.cell + 1} (id {err.cell_id}): {err.summary}")
+        times[name] = time.perf_counter() - start
+    print(f"[notebooks] durations ({args.mode} mode), slowest first:")
+    for name, seconds in sorted(times.items(), key=lambda item: -item[1]):
+        print(f"  {seconds:7.1f} s  {name}")
+    print(f"  {sum(times.values()):7.1f} s  in all; executed copies in {args.folder / args.mode}")
+    if failed:
+        print("[notebooks] ERROR: failed:\n  " + "\n  ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
