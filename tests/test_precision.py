@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -225,3 +229,27 @@ def test_memory_worker_counts_bytes(tmp_path):
 def test_memory_worker_refuses_to_run_without_the_bfc_allocator():
     with pytest.raises(launch.WorkerError, match="exited with code 1"):
         launch.launch_tf_workers(paths.WORKERS / "precision_memory.py", 1, timeout=120, stream=False)
+
+
+def _float16_stderr(quiet_first: bool) -> subprocess.CompletedProcess:
+    """stderr of a fresh Python that runs float16 operations, after quiet_onednn_half_notice() or not."""
+    code = (
+        "import tensorflow as tf\nfrom utils import precision\n"
+        + ("print('DROPPED:', repr(precision.quiet_onednn_half_notice()))\n" if quiet_first else "")
+        + "x = tf.ones((8, 8), tf.float16)\nprint(float(tf.reduce_sum(tf.matmul(x, x))))\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}  # what a learner's kernel has: every level shown
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300, check=True
+    )
+
+
+def test_the_onednn_float16_notice_is_dropped_and_nothing_else():
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    plain = _float16_stderr(quiet_first=False)
+    quiet = _float16_stderr(quiet_first=True)
+    assert quiet.stdout.endswith("512.0\n") and plain.stdout == "512.0\n"
+    assert precision.ONEDNN_HALF_NOTICE not in quiet.stderr
+    if precision.ONEDNN_HALF_NOTICE in plain.stderr:  # this CPU's oneDNN has no float16 kernels: dropped, not lost
+        assert not flags & {"avx512_fp16", "amx_fp16", "avx_ne_convert"}
+        assert precision.ONEDNN_HALF_NOTICE in quiet.stdout

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -393,3 +396,33 @@ def summarize(values: Sequence[float]) -> str:
         raise ValueError("no values to summarize")
     sd = float(v.std(ddof=1)) if v.size > 1 else float("nan")
     return f"{v.mean():.5f} ± {sd:.5f} ({v.size} run{'s' if v.size > 1 else ''})"
+
+
+#: TensorFlow's one-time notice at the first float16 operation (tensorflow/core/util/util.cc, logged at ERROR
+#: level) when its oneDNN kernels cannot take float16 on this CPU. Its test is AVX512-FP16, AMX-FP16 or
+#: AVX-NE-CONVERT, not AVX-512 as the text says, so CPUs with AVX-512 get it too. It is harmless in lesson 06:
+#: float16 operations fall back to Eigen's kernels, which is what the lesson measures and explains (mixed_float16
+#: slower than float32 on a CPU), and a learner can do nothing about it.
+ONEDNN_HALF_NOTICE = "oneDNN supports DT_HALF only on platforms with AVX-512"
+
+
+def quiet_onednn_half_notice() -> str:
+    """Run TensorFlow's first float16 operation with stderr captured, so that its one-time oneDNN notice (above)
+    is not shown; any other line is passed on. Returns the lines dropped ('' where TensorFlow printed none)."""
+    import tensorflow as tf
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            float((tf.ones((1,), tf.float16) * 2)[0])
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        lines = captured.read().decode(errors="replace").splitlines()
+    others = [line for line in lines if ONEDNN_HALF_NOTICE not in line]
+    if others:
+        print("\n".join(others), file=sys.stderr)
+    return "\n".join(line for line in lines if ONEDNN_HALF_NOTICE in line)
