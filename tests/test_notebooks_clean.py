@@ -260,3 +260,20 @@ def test_stored_as_jupyterlab_saves_it(path: Path):
     assert stored.pop("version", "").startswith("3.11.") and stored == want, (
         f"{path.name}: metadata.language_info must be what the kernel reports: {IPythonKernel.language_info}"
     )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_lesson_ends_by_freeing_what_it_started_and_linking_the_next(path: Path):
+    """The last cell calls L.finish() (it frees the lesson's workers and folders and says to shut the kernel down);
+    the text before it links the next lesson's notebook, a relative link that JupyterLab and the website follow."""
+    cells = json.loads(path.read_text())["cells"]
+    last = cells[-1]
+    assert last["cell_type"] == "code" and "L.finish()" in "".join(last["source"]), (
+        f"{path.name}: the last cell must call L.finish()"
+    )
+    later = [p for p in NOTEBOOKS if p.name > path.name]
+    if later:
+        tail = "\n".join("".join(c["source"]) for c in cells[-3:] if c["cell_type"] == "markdown")
+        assert re.search(rf"^Next: .*\]\({re.escape(later[0].name)}\)", tail, re.M), (
+            f"{path.name} must end with 'Next: [lesson ..]({later[0].name}) ...'"
+        )
