@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import time
+from datetime import datetime
 
 import keras
 import numpy as np
@@ -129,7 +130,8 @@ for epoch in range(initial_epoch, args.epochs):
         losses.append(float(train_step(batch)))
         steps.append(time.perf_counter() - t0)
         if args.die_at_epoch and epoch + 1 == args.die_at_epoch and rank == workers - 1 and i == steps_per_epoch // 2:
-            print(f"KILLED rank {rank} at {time.time()}", flush=True)
+            now = datetime.now().isoformat(sep=" ", timespec="milliseconds")  # wall clock
+            print(f"KILLED rank {rank} at {now}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)  # a worker lost in the middle of an epoch
     trained = time.perf_counter() - start  # the epoch's training, validation excluded
     total = count = 0.0
