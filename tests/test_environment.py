@@ -26,7 +26,7 @@ def requirement_pins() -> dict[str, str]:
 
 def test_every_requirement_is_pinned_exactly_once():
     pins = requirement_pins()
-    for must in ("tensorflow-cpu", "keras", "sagemaker", "moto", "jupyterlab", "nbmake", "portpicker"):
+    for must in ("tensorflow-cpu", "keras", "sagemaker", "moto", "jupyterlab", "nbclient", "portpicker"):
         assert must in pins, f"{must} is missing from requirements.txt"
 
 
