@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -379,3 +380,51 @@ def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
         ("01_b.ipynb", 41, 31),
     ]
     assert left == ["02_c.ipynb", "03_d.ipynb"]
+
+
+# --- the course map in lesson 00
+
+
+def _map_folder(tmp_path):
+    objectives = "## Objectives\n- measure the `ring`\n- fit a line\n\n## Duration\n"
+    for i, (name, title) in enumerate(
+        (("00_a.ipynb", "00 · Start"), ("01_b.ipynb", "01 · Rings"), ("02_c.ipynb", "02 · Later"))
+    ):
+        _notebook(tmp_path / name, [_md(f"# {title}\n\n{objectives}"), _code(f"x = {i}")])
+    timed = {"code_hash": course.code_hash(tmp_path / "00_a.ipynb"), "peak_memory_mib": "1536", "core_seconds": ""}
+    rows = [
+        {"notebook": "00_a.ipynb", "mode": "full", "seconds": "90", **timed},
+        {"notebook": "00_a.ipynb", "mode": "smoke", "seconds": "30", **timed},
+        {"notebook": "01_b.ipynb", "mode": "full", "seconds": "600", **timed},  # another lesson's code: stale
+    ]
+    return tmp_path, rows
+
+
+def test_course_map_has_one_linked_line_per_lesson_then_its_figures(tmp_path):
+    folder, rows = _map_folder(tmp_path)
+    text = course.course_map_markdown(rows, folder)
+    map_lines = text.split("\n\n")[0].splitlines()
+    assert map_lines == ["- [00 · Start](00_a.ipynb)", "- [01 · Rings](01_b.ipynb)", "- [02 · Later](02_c.ipynb)"]
+    for line in map_lines:  # every link is relative to the notebooks' folder and names a lesson that is there
+        target = re.search(r"\]\(([^)]+)\)", line).group(1)
+        assert (folder / target).is_file()
+    table = [line for line in text.splitlines() if line.startswith("| [")]
+    assert table[0] == "| [00](00_a.ipynb) | 1.5 + 0 | 1.5 | 0.5 | 1.5 |"
+    assert "| 10.0" + course.EARLIER_MARK + " |" in table[1] and "not measured" in table[1]  # stale, smoke not timed
+    assert table[2].count("not measured") == 4
+    assert course.EARLIER_MARK + " measured on an earlier version" in text
+    # the objectives, folded below the table: every one, with backticks left to Markdown (rendered as code)
+    folded = text[text.index("<details>") : text.index("</details>")]
+    assert folded.count("measure the `ring` · fit a line") == 3
+
+
+def test_course_map_says_nothing_of_earlier_versions_when_all_are_current(tmp_path):
+    folder, rows = _map_folder(tmp_path)
+    text = course.course_map_markdown(rows[:2], folder)
+    assert course.EARLIER_MARK not in text
+
+
+def test_the_course_map_of_the_course_links_every_lesson():
+    text = course.course_map_markdown()
+    for lesson in course.lessons():
+        assert f"- [{lesson.title}]({lesson.notebook})" in text

@@ -142,42 +142,86 @@ def measured_duration_line(notebook: str, rows: list[dict[str, str]] | None = No
     return f"Measured run time of {notebook}: " + "; ".join(parts) + "."
 
 
-def _minutes(seconds: float | None) -> str:
-    return "not measured yet" if seconds is None else f"{seconds / 60:.1f} min"
+@dataclass
+class MapRow:
+    """One lesson of the course map: its title, objectives and measured figures (None where not measured)."""
+
+    notebook: str
+    title: str
+    objectives: list[str]
+    full_seconds: float | None
+    smoke_seconds: float | None
+    peak_mib: float | None
+    core_run_seconds: float | None
+    reading_min: float
+    current: bool | None  # timed on this version of the lesson; None when never timed
 
 
-def _core_path(notebook: str, rows: list[dict[str, str]], folder: Path) -> str:
-    run = core_run_seconds(notebook, rows, folder)
-    reading = reading_minutes(folder / notebook)
-    return f"{_minutes(run)} run + {reading:.0f} min reading (estimate at {READING_WPM} words/min)"
-
-
-def course_map(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> list[dict[str, str]]:
-    """One row per lesson: title, objectives, measured full and smoke run times and peak memory (marked when stale)."""
+def course_map(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> list[MapRow]:
+    """One row per lesson: title, objectives, measured full and smoke run times, peak memory and core path."""
     rows = read_durations() if rows is None else rows
     table = []
     for lesson in lessons(folder):
         timed = [r for r in rows if r["notebook"] == lesson.notebook]
-        peak = peak_memory_of(lesson.notebook, "full", rows)
         table.append(
-            {
-                "notebook": lesson.notebook,
-                "title": lesson.title,
-                "objectives": "<br>".join(lesson.objectives),
-                "full mode": _minutes(duration_of(lesson.notebook, "full", rows)),
-                "smoke mode": _minutes(duration_of(lesson.notebook, "smoke", rows)),
-                "peak memory (full)": "not measured yet" if peak is None else f"{peak / 1024:.1f} GiB",
-                "core path (full)": _core_path(lesson.notebook, rows, folder),
-                "timed on": (
-                    "this version"
-                    if timed and all(is_current(r, folder) for r in timed)
-                    else "an earlier version"
-                    if timed
-                    else ""
-                ),
-            }
+            MapRow(
+                notebook=lesson.notebook,
+                title=lesson.title,
+                objectives=lesson.objectives,
+                full_seconds=duration_of(lesson.notebook, "full", rows),
+                smoke_seconds=duration_of(lesson.notebook, "smoke", rows),
+                peak_mib=peak_memory_of(lesson.notebook, "full", rows),
+                core_run_seconds=core_run_seconds(lesson.notebook, rows, folder),
+                reading_min=reading_minutes(folder / lesson.notebook),
+                current=all(is_current(r, folder) for r in timed) if timed else None,
+            )
         )
     return table
+
+
+#: Marks a figure measured on an earlier version of its lesson in the course map.
+EARLIER_MARK = "†"
+
+
+def _figure(value: float | None, scale: float, stale: bool) -> str:
+    """A measured figure in the map's table: scaled, one decimal, marked when measured on earlier code."""
+    if value is None:
+        return "not measured"
+    return f"{value / scale:.1f}" + (EARLIER_MARK if stale else "")
+
+
+def course_map_markdown(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> str:
+    """The course map in Markdown: one linked line per lesson, then its measured figures in a compact table and
+    the objectives in a collapsed block. Links are relative to the notebooks' folder (JupyterLab and the site)."""
+    lessons_ = course_map(rows, folder)
+    out = [f"- [{r.title}]({r.notebook})" for r in lessons_]
+    out += [
+        "",
+        "| lesson | core path (min): run + reading | full mode (min) | smoke mode (min) | peak memory (GiB) |",
+        "|:--|--:|--:|--:|--:|",
+    ]
+    for r in lessons_:
+        stale = r.current is False
+        core = (
+            f"not measured + {r.reading_min:.0f}"
+            if r.core_run_seconds is None
+            else f"{r.core_run_seconds / 60:.1f} + {r.reading_min:.0f}{EARLIER_MARK if stale else ''}"
+        )
+        out.append(
+            f"| [{r.notebook[:2]}]({r.notebook}) | {core} | {_figure(r.full_seconds, 60, stale)} "
+            f"| {_figure(r.smoke_seconds, 60, stale)} | {_figure(r.peak_mib, 1024, stale)} |"
+        )
+    notes = [
+        f"The core path leaves out the sections marked *{DEEP_DIVE_MARK}*; its reading time is estimated at "
+        f"{READING_WPM} words a minute. Full and smoke mode: the whole lesson's run time; peak memory: the kernel "
+        "and its workers together, in full mode."
+    ]
+    if any(r.current is False for r in lessons_):
+        notes.append(f"{EARLIER_MARK} measured on an earlier version of the lesson's code.")
+    out += ["", " ".join(notes), "", "<details><summary>What each lesson has you do (its objectives)</summary>", ""]
+    out += [f"- **{r.notebook[:2]}**: " + " · ".join(r.objectives) for r in lessons_]
+    out += ["", "</details>"]
+    return "\n".join(out) + "\n"
 
 
 def measured_on(rows: list[dict[str, str]] | None = None) -> list[str]:
