@@ -1,0 +1,38 @@
+"""L.finish(): the last cell of a lesson frees what the lesson started and says to shut the kernel down."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import psutil
+
+from utils import launch, lesson
+
+
+def test_finish_stops_leftover_workers_removes_the_folder_and_reminds_to_shut_down():
+    L = lesson.Lesson("00_start_here.ipynb")
+    (L.work / "checkpoint").write_text("x")
+    env = {**os.environ, launch.RUN_MARKER: "left-by-an-interrupted-cell"}
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env)
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # not a course launch
+    try:
+        line = L.finish()
+        assert worker.wait(timeout=10) is not None, "the leftover worker is still running"
+        assert bystander.poll() is None, "a process the lesson did not launch was stopped"
+        assert not L.work.exists()
+        assert "Freed: its scratch folder, 1 worker process(es) left running by an interrupted cell." in line
+        assert "shut it down before the next lesson (Kernel ▸ Shut Down Kernel)" in line
+        held = float(re.search(r"This kernel still holds (\d+\.\d) GiB of memory", line).group(1))
+        assert abs(held - psutil.Process().memory_info().rss / 2**30) < 0.2  # this process's own memory
+    finally:
+        for p in (worker, bystander):
+            p.kill()
+            p.wait()
+
+
+def test_finish_with_nothing_left_names_only_the_folder():
+    line = lesson.Lesson("00_start_here.ipynb").finish()
+    assert "Freed: its scratch folder. This kernel still holds" in line
