@@ -13,8 +13,7 @@ _VALUES = ("run", "off")
 
 #: What a solution cell prints when it did not run (one line).
 NOT_RUN = (
-    "Solution not run, so that the exercise stays yours: to read it, expand this cell (click the blue bar on its "
-    "left, or the ⋯); to run solutions, run L.solutions() in any cell, then run this cell again."
+    'Solution not run, so the exercise stays yours. Read it: click "•••" above. Run it: L.solutions(), then this cell.'
 )
 
 _requested = False
