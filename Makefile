@@ -2,6 +2,7 @@
 #   make lab    create/update the environment (.venv) and open the course in JupyterLab
 #   make test   create/update the environment, lint, run the unit tests and execute every notebook
 #   make site   the course as a website in build/site/html (lessons executed in smoke mode; SITE_MODE=full)
+#   make lab-check   every lesson's executed copy (from make test) opened in JupyterLab in headless Chromium
 #   make wheelhouse   every pinned package and the Horovod wheel in wheelhouse/, for machines with no network
 # Options: PYTHON=/path/to/python3.11   TF_PACKAGE='tensorflow[and-cuda]' (GPU machines)
 #          WHEELHOUSE=/path/to/wheelhouse   install from it, with no package index (default: wheelhouse/
@@ -17,7 +18,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # Jupyter refuses to run as root without this flag (containers often run as root).
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check clean-env
+.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check clean-env
 
 env:
 	@bash tools/setup_env.sh
@@ -72,6 +73,14 @@ site: env
 
 site-check: env
 	$(VENV)/bin/python tools/check_site.py
+
+# The lessons as a learner sees them: each lesson's executed copy (written by make test, or make site) opened in
+# this environment's JupyterLab in headless Chromium; fails on Markdown garbled by math rendering, error outputs
+# and stderr the course does not mean to show (screenshots of failing cells in build/lab-check). LAB_MODE=full
+# checks the copies of a full-mode site build.
+LAB_MODE ?= smoke
+lab-check: env
+	$(VENV)/bin/python tools/check_lab.py --mode $(LAB_MODE)
 
 # Rebuild or re-check Horovod alone (uses the cached wheel when there is one).
 horovod: env

@@ -1,0 +1,325 @@
+"""Check the lessons as a learner sees them in JupyterLab: each lesson's executed copy opened in the course's
+own JupyterLab server (the one `make lab` starts) in headless Chromium, and failed on what would look broken.
+
+    make lab-check                                   # after make test, which writes the executed copies
+    python tools/check_lab.py 08_capstone.ipynb      # some lessons
+    python tools/check_lab.py --mode full            # the copies of a full-mode run (make site SITE_MODE=full)
+
+Nothing is executed here: the copies come from build/executed/<mode> (utils/execution.py), and a lesson whose
+code changed since its copy was made is refused. Every cell is attached to the page (the check sets
+notebook.windowingMode to "none" through the server's settings overrides) and rendered before it is read.
+A cell fails when it shows:
+- Markdown (a cell, or a Markdown output) whose dollar amounts MathJax typeset as a formula: a `$…$` pair
+  that is not meant as math, such as two amounts in one sentence (escape them: utils.prose.markdown);
+- an error output (a traceback);
+- output on stderr, unless ALLOWED_STDERR lists it with the reason a learner is shown it.
+A screenshot of each failing cell goes to build/lab-check/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import nbformat
+import portpicker
+import psutil
+from check_site import CHROMIUM_FLAGS, chromium, keep_local  # tools/check_site.py: the site's browser set-up
+from nbformat.sign import NotebookNotary
+
+from utils import course, execution, prose
+from utils.paths import REPO_ROOT
+
+OUT = REPO_ROOT / "build" / "lab-check"
+VIEWPORT = {"width": 1366, "height": 900}
+#: Settings the check gives the server on top of JupyterLab's defaults (overrides.json). Every cell in the
+#: page, not only those near the viewport; no news or update checks (the check stays on this machine).
+OVERRIDES = {
+    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+    "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False, "fetchNews": "false"},
+}
+#: Lines on stderr that a lesson shows a learner on purpose: a pattern (regular expression) and why.
+ALLOWED_STDERR: dict[str, str] = {}
+#: A dollar amount in Markdown source: an unescaped `$`, a number, then a word or punctuation, as in
+#: "$7,066 a day" or "at $2.00, and" (not "$2\frac{N-1}{N}$" or "$1003 = 7 \cdot 143 + 2$").
+AMOUNT = re.compile(r"(?<!\\)\$(\d[\d,]*(?:\.\d+)?)(?=\s+[A-Za-z]|[,.;:!?)](?:\s|$)|$)", re.M)
+#: An escaped amount (`\$3,945`, or utils.prose's `<span class="mathjax_ignore">&#36;</span>3,945`), which must
+#: show as "$3,945".
+ESCAPED = re.compile(r"(?:\\\$|" + re.escape(prose.DOLLAR) + r")(\d[\d,]*(?:\.\d+)?)")
+#: Words typeset as a formula: MathJax sets each letter of ordinary text as a variable, one after another.
+WORD_RUN = 6
+#: What the page shows of each cell: its position, its kind, the MathJax formulas typeset in its rendered
+#: Markdown (with their text, and whether they are in an output), and the text of its stderr outputs.
+READ_CELLS = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].map((cell, i) => ({
+  index: cell.dataset.windowedListIndex === undefined ? i : Number(cell.dataset.windowedListIndex),
+  markdown: cell.classList.contains('jp-MarkdownCell'),
+  rendered: !cell.classList.contains('jp-MarkdownCell') || cell.classList.contains('jp-mod-rendered'),
+  math: [...cell.querySelectorAll('.jp-RenderedMarkdown mjx-container')].map(m => {
+    let run = 0, longest = 0;  // the longest run of single letters set as variables (<mi>), one after another
+    for (const e of m.querySelectorAll('mjx-assistive-mml math *')) {
+      if (e.children.length) continue;
+      run = e.tagName.toLowerCase() === 'mi' && /^\\p{L}$/u.test(e.textContent) ? run + 1 : 0;
+      longest = Math.max(longest, run);
+    }
+    return {text: (m.querySelector('mjx-assistive-mml') || m).textContent, letters: longest,
+            output: m.closest('.jp-OutputArea') !== null};
+  }),
+  texts: [...cell.querySelectorAll('.jp-RenderedMarkdown')].map(r => ({
+    text: r.innerText, output: r.closest('.jp-OutputArea') !== null})),
+  stderr: [...cell.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+    .map(o => o.innerText),
+}))"""
+#: Changes while JupyterLab is still rendering: elements, typeset formulas, loaded images.
+PROGRESS = """() => [document.querySelectorAll('.jp-NotebookPanel *').length,
+  document.querySelectorAll('mjx-container').length,
+  [...document.querySelectorAll('.jp-NotebookPanel img')].filter(i => i.complete).length]"""
+
+
+@dataclass
+class Problem:
+    lesson: str
+    cell: int  # index in the notebook, from 0
+    cell_id: str
+    what: str
+    screenshot: Path | None = None
+
+    def __str__(self) -> str:
+        shot = f" (screenshot {_shown(self.screenshot)})" if self.screenshot else ""
+        return f"{self.lesson}, cell {self.cell + 1} (id {self.cell_id}): {self.what}{shot}"
+
+
+def _shown(path: Path) -> str:
+    """A path as the repository's README would write it: relative to the repository where it is inside."""
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def markdown_amounts(nb, index: int, *, outputs: bool, pattern: re.Pattern = AMOUNT) -> list[str]:
+    """The dollar amounts (their numbers) in a cell's Markdown source, or in its Markdown outputs."""
+    cell = nb.cells[index]
+    if outputs:
+        texts = [out.get("data", {}).get("text/markdown", "") for out in cell.get("outputs", [])]
+    else:
+        texts = [cell.source] if cell.cell_type == "markdown" else []
+    return [m.group(1) for text in texts for m in pattern.finditer("".join(text))]
+
+
+def allowed(line: str) -> bool:
+    """True when a stderr line is one a lesson shows on purpose (ALLOWED_STDERR)."""
+    return any(re.search(pattern, line) for pattern in ALLOWED_STDERR)
+
+
+def cell_problems(nb, seen: dict) -> list[str]:
+    """What is broken in one rendered cell, read from the page (`seen`, as READ_CELLS gives it) and told
+    apart with the cell's outputs in the notebook."""
+    index, cell, found = seen["index"], nb.cells[seen["index"]], []
+    for math in seen["math"]:
+        shown = re.sub(r"\s+", "", math["text"])
+        where = "a Markdown output" if math["output"] else "the Markdown cell"
+        amount = next((a for a in markdown_amounts(nb, index, outputs=math["output"]) if shown.startswith(a)), None)
+        if amount is not None:
+            found.append(
+                f"${amount} in {where} is typeset as a formula by MathJax, and the text up to the next $ "
+                f"with it ({shown[:60]!r}): escape the $ signs (utils.prose.markdown)"
+            )
+        elif math["letters"] >= WORD_RUN:
+            found.append(
+                f"words in {where} are typeset as a formula by MathJax ({shown[:60]!r}): a pair of $ signs "
+                "that is not math; escape them (utils.prose.markdown)"
+            )
+    for output in (False, True):
+        shown = "\n".join(t["text"] for t in seen["texts"] if t["output"] == output)
+        for amount in markdown_amounts(nb, index, outputs=output, pattern=ESCAPED):
+            if f"${amount}" not in shown or f"\\${amount}" in shown:
+                found.append(f"the escaped amount \\${amount} does not show as ${amount}")
+    errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    for text in seen["stderr"]:
+        error = next((e for e in errors if e.get("ename", "") in text), None)
+        if error is not None:
+            found.append(f"an error output: {error.get('ename')}: {error.get('evalue')}")
+            continue
+        lines = [line for line in text.splitlines() if line.strip() and not allowed(line)]
+        if lines:
+            found.append(f"stderr a learner sees ({len(lines)} lines not in ALLOWED_STDERR), first: {lines[0][:200]!r}")
+    return found
+
+
+def start_server(work: Path, root: Path, out: Path) -> tuple[subprocess.Popen, str, str]:
+    """A headless JupyterLab server as `make lab` starts it (this environment, the repository as its root),
+    with the check's settings overrides and its own empty user settings, workspaces and trust database."""
+    (work / "app").mkdir()
+    (work / "app" / "overrides.json").write_text(json.dumps(OVERRIDES, indent=1))
+    port, token = portpicker.pick_unused_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_PATH": str(REPO_ROOT / ".venv" / "share" / "jupyter")}
+    jupyter = Path(sys.executable).with_name("jupyter")
+    command = [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--notebook-dir={root}"]
+    command += [f"--IdentityProvider.token={token}", f"--LabApp.app_settings_dir={work / 'app'}"]
+    command += [f"--LabApp.user_settings_dir={work / 'user'}", f"--LabApp.workspaces_dir={work / 'workspaces'}"]
+    command += [f"--NotebookNotary.data_dir={work / 'trust'}"]
+    command += ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    with (out / "server.log").open("w") as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    base, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5).read()
+            return server, base, token
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                stop_server(server)
+                raise RuntimeError(f"JupyterLab did not start within 120 s; its log: {out / 'server.log'}") from None
+            time.sleep(0.5)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    """Stop the server and every kernel it started."""
+    children = psutil.Process(server.pid).children(recursive=True) if server.poll() is None else []
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def shut_down_kernels(base: str, token: str) -> None:
+    """Shut down the sessions (kernels) that opening a notebook started."""
+    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as answer:
+        sessions = json.load(answer)
+    for session in sessions:
+        request = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
+def wait_rendered(page, cells: int, markdown: int, timeout: float = 90) -> float:
+    """Wait until every cell is on the page, every Markdown cell rendered and nothing changes for 1.5 s."""
+    start, last, steady = time.monotonic(), None, 0
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout * 1000)
+    while time.monotonic() - start < timeout:
+        count = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").count()
+        rendered = page.locator(".jp-NotebookPanel .jp-MarkdownCell.jp-mod-rendered").count()
+        now = page.evaluate(PROGRESS)
+        steady = steady + 1 if (count == cells and rendered == markdown and now == last) else 0
+        if steady >= 3:
+            return time.monotonic() - start
+        last = now
+        time.sleep(0.5)
+    raise TimeoutError(
+        f"JupyterLab showed {count} of {cells} cells and rendered {rendered} of {markdown} Markdown cells "
+        f"within {timeout:.0f} s"
+    )
+
+
+def check_lesson(page, base: str, token: str, name: str, copy: Path, root: Path, out: Path) -> list[Problem]:
+    """Open one executed copy in JupyterLab, wait for it to render and return its problems (with screenshots)."""
+    nb = nbformat.read(copy, as_version=4)
+    markdown = sum(cell.cell_type == "markdown" for cell in nb.cells)
+    path = copy.relative_to(root).as_posix()
+    page.goto(f"{base}/lab/tree/{path}?reset&token={token}")
+    try:
+        seconds = wait_rendered(page, len(nb.cells), markdown)
+    except TimeoutError as err:
+        page.screenshot(path=str(out / f"{Path(name).stem}.not-rendered.png"))
+        raise TimeoutError(f"{name}: {err} (screenshot in {_shown(out)})") from None
+    panels = page.locator(".jp-NotebookPanel").count()
+    if panels != 1:
+        raise RuntimeError(f"{panels} notebooks open in JupyterLab where the check opened one ({path})")
+    problems = []
+    for seen in page.evaluate(READ_CELLS):
+        for what in cell_problems(nb, seen):
+            problems.append(Problem(name, seen["index"], nb.cells[seen["index"]].get("id", "?"), what))
+    for problem in problems:
+        shot = out / f"{Path(name).stem}.cell{problem.cell + 1:03d}.png"
+        if problem.screenshot is None and not shot.exists():
+            element = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell").nth(problem.cell)
+            element.scroll_into_view_if_needed()
+            element.screenshot(path=str(shot))
+        problem.screenshot = shot
+    print(f"[lab] {name}: {len(nb.cells)} cells rendered in {seconds:.1f} s, {len(problems)} problems", flush=True)
+    return problems
+
+
+def check(copies: dict[str, Path], root: Path = REPO_ROOT, out: Path = OUT) -> tuple[list[Problem], list[str]]:
+    """Open each executed copy (a file under root) in a JupyterLab server with root as its folder, and return the
+    problems found (screenshots in out, emptied first) and the requests to other hosts that were blocked."""
+    from playwright.sync_api import sync_playwright
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    problems: list[Problem] = []
+    outside: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="lab-check-") as work:
+        (Path(work) / "trust").mkdir()
+        trust = NotebookNotary(data_dir=str(Path(work) / "trust"))
+        for copy in copies.values():  # the learner's own executed notebook is trusted: its outputs render in full
+            trust.sign(nbformat.read(copy, as_version=4))
+        server, base, token = start_server(Path(work), root, out)
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
+                context = browser.new_context(viewport=VIEWPORT)
+                context.route("**/*", functools.partial(keep_local, outside))
+                for name, copy in copies.items():
+                    page = context.new_page()
+                    problems += check_lesson(page, base, token, name, copy, root, out)
+                    page.close()
+                    shut_down_kernels(base, token)
+                browser.close()
+        finally:
+            stop_server(server)
+    return problems, sorted(set(outside))
+
+
+def main() -> None:
+    """Check every named lesson (default: all); exit 1 with the list of problems when any is found."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=execution.MODES, default="smoke")
+    parser.add_argument("--stale", action="store_true", help="also check copies made from older code")
+    parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: every lesson)")
+    args = parser.parse_args()
+    names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
+    for name in names:
+        if args.stale and execution.copy_path(name, args.mode).is_file():
+            continue
+        if not execution.is_current(name, args.mode):
+            sys.exit(
+                f"No current executed copy of {name} in {execution.copy_path(name, args.mode).parent} (the lesson's "
+                f"code changed since, or it was never run): run `make test`, or `.venv/bin/python -m utils.execution "
+                f"--mode {args.mode} {name}`."
+            )
+    start = time.perf_counter()
+    copies = {name: execution.copy_path(name, args.mode) for name in names}
+    try:
+        problems, outside = check(copies)
+    except (RuntimeError, TimeoutError) as err:
+        sys.exit(f"[lab] ERROR: {err}")
+    took = time.perf_counter() - start
+    print(f"[lab] {len(names)} lessons checked in JupyterLab in {took:.0f} s; screenshots of failing cells in {OUT}")
+    if outside:
+        print("[lab] requests to hosts outside this machine, blocked:\n  " + "\n  ".join(outside))
+    if problems:
+        print("[lab] PROBLEMS a learner would see:\n  " + "\n  ".join(map(str, problems)), file=sys.stderr)
+        sys.exit(1)
+    print("[lab] JupyterLab check passed")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    main()
