@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import nbformat
+import psutil
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from utils import execution
+from utils import execution, processes
 
 
 def write(folder, name, *cells):
@@ -62,13 +63,26 @@ def test_a_failing_cell_is_named_and_its_copy_is_never_reused(lessons):
     assert err.copy.is_file() and not execution.is_current("b.ipynb", "smoke", out, src)
 
 
-def test_a_cell_past_its_time_limit_is_named(lessons):
+def test_a_cell_past_its_time_limit_is_named_and_what_it_started_is_stopped(lessons):
     src, out = lessons
-    write(src, "c.ipynb", new_code_cell("1"), new_code_cell("import time; time.sleep(30)"))
+    # a worker in a session of its own, as launchers start them: stopping the kernel does not reach it
+    start = (
+        "import subprocess, time\nchild = subprocess.Popen(['sleep', '120'], start_new_session=True)\nprint(child.pid)"
+    )
+    write(src, "c.ipynb", new_code_cell(start), new_code_cell("time.sleep(30)"))
     with pytest.raises(execution.LessonFailed) as failed:
-        execution.execute("c.ipynb", "smoke", cell_timeout=2, folder=out, source_dir=src)
+        execution.execute("c.ipynb", "smoke", cell_timeout=5, folder=out, source_dir=src)
     assert failed.value.cell == 1
-    assert failed.value.summary == "it ran past the limit of 2 s for one cell"
+    assert failed.value.summary == "it ran past the limit of 5 s for one cell"
+    child = int(nbformat.read(failed.value.copy, as_version=4).cells[0].outputs[0]["text"])
+    assert gone(child), "the lesson's leftover process is still running"
+
+
+def gone(pid: int) -> bool:
+    try:
+        return not processes.alive(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return True
 
 
 def test_bad_names_and_modes_are_refused_with_what_to_give(lessons, capsys):

@@ -19,12 +19,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils import course
+from utils import course, processes
 from utils.paths import NOTEBOOKS, REPO_ROOT
 
 #: Where executed copies are kept, one folder per mode.
 EXECUTED = REPO_ROOT / "build" / "executed"
 MODES = ("smoke", "full")
+#: Every process a lesson's kernel starts inherits this mark; whatever still carries it when the lesson ends
+#: (workers of a cell stopped at its time limit) is stopped before the next lesson starts.
+MARK = "COURSE_LESSON_RUN"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -97,12 +100,14 @@ def execute(
     env = {**os.environ, "COURSE_SMOKE": "1" if mode == "smoke" else "0"}
     env["COURSE_SOLUTIONS"] = "run"  # every %%solution cell runs, so that each solution is checked
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no CUDA-probe lines in the outputs
+    env[MARK] = f"{notebook}:{os.getpid()}:{time.time_ns()}"
     dest = copy_path(notebook, mode, folder)
     dest.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
         client.execute(cwd=str(source.parent), env=env)
     except (CellExecutionError, CellTimeoutError) as err:
+        stop_leftovers(notebook, env[MARK])
         nb.metadata["course_build"] = f"failed:{stamp(source, mode)}"
         nbformat.write(nb, dest)
         index = current["index"]
@@ -114,9 +119,22 @@ def execute(
         detail = _ANSI.sub("", str(err)).strip()
         raise LessonFailed(notebook, index, len(nb.cells), cell.get("id", "?"), summary, detail, dest) from None
     seconds = time.perf_counter() - start
+    stop_leftovers(notebook, env[MARK])
     nb.metadata["course_build"] = stamp(source, mode)
     nbformat.write(nb, dest)
     return seconds
+
+
+def stop_leftovers(notebook: str, mark: str) -> None:
+    """Stop the processes a lesson's kernel started and left running (they carry its MARK)."""
+    left = processes.marked(MARK, mark)
+    if left:
+        still = processes.stop(left)
+        print(
+            f"[notebooks] {notebook}: stopped {len(left) - len(still)} process(es) the lesson left running", flush=True
+        )
+        if still:
+            print(f"[notebooks] {notebook}: could not stop PIDs {sorted(p.pid for p in still)}", file=sys.stderr)
 
 
 def ensure(
