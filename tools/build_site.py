@@ -4,8 +4,9 @@
     make site SITE_MODE=full                    # the full figures (as long as the lessons in full mode)
     python tools/build_site.py --mode smoke 00_start_here.ipynb   # only some lessons (quick look)
 
-The notebooks in git stay without outputs: executed copies are written to build/site/src/notebooks and
-kept between builds; a copy is executed again only when the lesson's code or the mode changed. Nothing is
+The notebooks in git stay without outputs: the pages are made from the executed copies in
+build/executed/<mode> (utils/execution.py), which the notebook tests write (`make test`: smoke mode); a
+lesson is executed here only when it has no copy in that mode made from its code as it is now. Nothing is
 fetched from the internet, at build time or when a page is opened (MathJax is served from the site).
 """
 
@@ -22,9 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat
-from nbclient import NotebookClient
 
-from utils import course, site
+from utils import course, execution, site
 from utils.paths import NOTEBOOKS, REPO_ROOT
 
 CONFIG = """\
@@ -56,26 +56,21 @@ sphinx:
 """
 
 
-def execute(name: str, mode: str, dest: Path) -> float:
-    """Execute one lesson in the given mode into dest (outputs kept); returns seconds, 0 if reused."""
-    source = NOTEBOOKS / name
-    stamp = f"{mode}:{course.code_hash(source)}"
-    if dest.exists() and nbformat.read(dest, as_version=4).metadata.get("course_build") == stamp:
+def execute(name: str, mode: str, dest: Path) -> None:
+    """Copy the lesson's executed copy in this mode to dest, executing the lesson first only when it has no
+    current copy (one made from its code as it is now: the notebook tests' copy, or an earlier build's)."""
+    if execution.is_current(name, mode):
         print(f"[site] {name}: executed copy is current ({mode}), reused", flush=True)
-        return 0.0
-    nb = nbformat.read(source, as_version=4)
-    print(f"[site] {name}: executing ({mode}) ...", flush=True)
-    start = time.perf_counter()
-    os.environ["COURSE_SMOKE"] = "1" if mode == "smoke" else "0"
-    os.environ["COURSE_SOLUTIONS"] = "run"  # solutions run (behind a toggle on the page) and are checked
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # as the tests do: no CUDA-probe lines on the page
-    NotebookClient(nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
-    seconds = time.perf_counter() - start
-    nb.metadata["course_build"] = stamp
+    else:
+        print(f"[site] {name}: executing ({mode}) ...", flush=True)
+    try:
+        copy, seconds = execution.ensure(name, mode, cell_timeout=1800)
+    except execution.LessonFailed as err:
+        sys.exit(f"[site] {err}")
+    if seconds is not None:
+        print(f"[site] {name}: {seconds:.0f} s", flush=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, dest)
-    print(f"[site] {name}: {seconds:.0f} s, {site.figure_count(nb)} figures", flush=True)
-    return seconds
+    shutil.copyfile(copy, dest)
 
 
 def main() -> None:
