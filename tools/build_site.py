@@ -52,7 +52,21 @@ sphinx:
     html_context:
       default_mode: light
     html_show_copyright: false
+    # Markdown outputs (lesson 00's course map, generated sentences) as GitHub-flavoured Markdown, as JupyterLab
+    # renders them: tables included, and no dollar-sign math.
+    nb_render_markdown_format: gfm
     html_last_updated_fmt: ""
+"""
+
+#: The course's additions to the theme, so that no page is wider than a phone's screen (tools/check_site.py checks).
+CSS = """\
+/* A word longer than its line (a class name in a heading, a path in inline code) breaks instead of widening the
+   page; Sphinx keeps each word of inline code on one line (span.pre is white-space: nowrap). */
+.bd-article { overflow-wrap: break-word; }
+.bd-article code.literal span.pre { white-space: pre-wrap; }
+.bd-article code.literal { max-width: 100%; } /* the theme makes code in headings an inline-block */
+/* Tables and cell outputs wider than the text column scroll inside their own box. */
+.bd-article .cell_output, .bd-article .pst-scrollable-table-container { max-width: 100%; overflow-x: auto; }
 """
 
 
@@ -88,9 +102,11 @@ def main() -> None:
             sys.exit(f"notebooks/{name} does not exist; give file names from notebooks/.")
         dest = src / "notebooks" / name
         execute(name, args.mode, dest)
-        nb = nbformat.read(dest, as_version=4)
-        if site.drop_widgets(nb):  # progress bars keep their text; the page loads no widget library from a CDN
-            nbformat.write(nb, dest)
+        # the lesson's prose and cell tags as they are now (hide-input), with the executed copy's outputs
+        nb = site.with_current_cells(nbformat.read(dest, as_version=4), nbformat.read(NOTEBOOKS / name, as_version=4))
+        site.drop_widgets(nb)  # progress bars keep their text; the page loads no widget library from a CDN
+        site.link_pages_in_outputs(nb)  # links to lessons in Markdown outputs, as in the lessons' own text
+        nbformat.write(nb, dest)
     docs = tuple(sorted(p.name for p in (REPO_ROOT / "docs").glob("*.md")))
     (src / "docs").mkdir(parents=True, exist_ok=True)
     for name in docs:  # pages beside the lessons (the instructor's guide); their links to lessons resolve as in git
@@ -99,6 +115,8 @@ def main() -> None:
     (src / "index.md").write_text(site.front_page((REPO_ROOT / "README.md").read_text(), pages))
     (src / "_toc.yml").write_text(site.toc(names, docs))
     (src / "_config.yml").write_text(CONFIG)
+    (src / "_static").mkdir(exist_ok=True)
+    (src / "_static" / "course.css").write_text(CSS)  # Jupyter Book adds every stylesheet in _static to each page
     html = args.out / "html"
     shutil.rmtree(src / "_build", ignore_errors=True)
     book = Path(sys.executable).with_name("jupyter-book")

@@ -6,7 +6,10 @@
 For every page: it loads with no console error, no failed request and no request that leaves this
 machine; every lesson page shows as many figures as its executed notebook has plot outputs, each image
 actually decoded; no output is an error or a traceback; every link between pages resolves; the front page
-and lesson 00 name every lesson. Screenshots at a desktop and a phone width go to build/site/screenshots.
+and lesson 00 name every lesson; no page is wider than the screen, at a desktop width or on a phone (390 px):
+wide tables and code scroll inside their own box. Each lesson's length is measured in screens at 1366 x 768
+(the whole page, and its core path: the page without its "(deep dive)" sections) and the core path must fit
+MAX_CORE_SCREENS. Screenshots at both widths go to build/site/screenshots.
 """
 
 from __future__ import annotations
@@ -38,7 +41,56 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SIZES = {"desktop": (1366, 900), "phone": (390, 844)}
+SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
+#: The longest core path a lesson page may have, in screens of the desktop size (1366 x 768). Chosen from the
+#: pages measured on 2026-11-25 (smoke mode) once figure, table and sentence code was collapsed (hide-input) and
+#: the longest printed requests scroll in their own box: core paths of 16 (lesson 00) to 44 screens (lesson 07,
+#: which has no deep dive). A lesson past it moves a section into a deep dive, or code into utils.
+MAX_CORE_SCREENS = 45
+
+#: The page's width against the screen's, and what sticks out of the screen without a box of its own that
+#: scrolls or clips it (what makes the whole page scroll sideways): the outermost elements that stick out, and
+#: the innermost elements whose text runs past the screen (a long word in a heading).
+OVERFLOW_JS = """() => {
+  const width = document.documentElement.clientWidth, scroll = document.documentElement.scrollWidth;
+  const sticksOut = el => el.getBoundingClientRect().right > width + 1;
+  const spills = el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1
+    && getComputedStyle(el).overflowX === 'visible' && el.getBoundingClientRect().left + el.scrollWidth > width + 1;
+  // inside a box that scrolls or clips, or fixed to the screen (an off-canvas sidebar): not the page's width
+  const contained = el => {
+    if (getComputedStyle(el).position === 'fixed') return true;
+    for (let p = el.parentElement; p && p !== document.body; p = p.parentElement) {
+      const style = getComputedStyle(p);
+      if (style.overflowX !== 'visible' || style.position === 'fixed') return true;
+    }
+    return false;
+  };
+  const name = el => el.tagName.toLowerCase()
+    + (typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\\s+/).join('.') : '');
+  const text = el => `"${el.textContent.trim().replace(/\\s+/g, ' ').slice(0, 40)}"`;
+  if (scroll <= width) return {width, scroll, offenders: []};
+  const free = [...document.body.querySelectorAll('*')].filter(el => !contained(el));
+  const boxes = free.filter(el => sticksOut(el) && !(el.parentElement && sticksOut(el.parentElement)))
+    .map(el => `${name(el)} ${Math.round(el.getBoundingClientRect().width)} px (${text(el)})`);
+  const texts = free.filter(el => spills(el) && ![...el.children].some(c => spills(c) || sticksOut(c)))
+    .map(el => `text of ${name(el)} runs to ${Math.round(el.getBoundingClientRect().left + el.scrollWidth)} px (${text(el)})`);
+  return {width, scroll, offenders: [...boxes, ...texts].slice(0, 5)};
+}"""
+
+#: The page's height and the height of its deep-dive sections (the outermost ones), in pixels.
+LENGTH_JS = """() => {
+  const isDeep = s => {
+    const h = s.querySelector(':scope > h1, :scope > h2, :scope > h3, :scope > h4, :scope > h5, :scope > h6');
+    return h !== null && /\\(deep dive\\)/i.test(h.textContent);
+  };
+  const deep = [...document.querySelectorAll('section')].filter(isDeep);
+  const outer = deep.filter(s => !deep.some(d => d !== s && d.contains(s)));
+  return {
+    height: document.documentElement.scrollHeight,
+    viewport: window.innerHeight,
+    deep: outer.reduce((sum, s) => sum + s.getBoundingClientRect().height, 0),
+  };
+}"""
 
 
 def chromium() -> str:
@@ -97,6 +149,23 @@ def check_page(page, url: str, problems: list[str]) -> tuple[str, int]:
     return page.content(), images
 
 
+def overflow(page) -> str | None:
+    """What makes the open page wider than its screen, or None when it fits."""
+    found = page.evaluate(OVERFLOW_JS)
+    if found["scroll"] <= found["width"]:
+        return None
+    return (
+        f"the page is {found['scroll']} px wide on a {found['width']} px screen (it scrolls sideways); "
+        f"sticking out: {'; '.join(found['offenders']) or 'nothing found'}"
+    )
+
+
+def length_in_screens(page) -> tuple[float, float]:
+    """The open page's length in screens of its viewport: the whole page, and without its deep dives."""
+    found = page.evaluate(LENGTH_JS)
+    return found["height"] / found["viewport"], (found["height"] - found["deep"]) / found["viewport"]
+
+
 def main() -> None:
     """Run every check; exit 1 with the list of problems when any is found."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +196,18 @@ def main() -> None:
                 for stem, url, notebook in pages:
                     page = context.new_page()
                     html, images = check_page(page, url, problems)
+                    wide = overflow(page)
+                    if wide:
+                        problems.append(f"{stem} at {width} px: {wide}")
+                    if size == "desktop" and notebook is not None:
+                        whole, core = length_in_screens(page)
+                        print(f"[site] {stem}: {whole:.1f} screens at {width}x{height}, core path {core:.1f}")
+                        if core > MAX_CORE_SCREENS:
+                            problems.append(
+                                f"{stem}: the core path is {core:.1f} screens at {width}x{height}, more than "
+                                f"{MAX_CORE_SCREENS}: collapse figure and table code (hide-input) or move a "
+                                "section into a deep dive"
+                            )
                     page.screenshot(path=str(shots / f"{stem}.{size}.png"), full_page=True)
                     page.close()
                     if size != "desktop":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
@@ -110,3 +111,42 @@ def is_local(url: str) -> bool:
     if parsed.scheme in ("data", "blob", "about"):
         return True
     return parsed.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def with_current_cells(executed: Any, source: Any) -> Any:
+    """The lesson as it is now in git with the outputs of its executed copy: prose and cell metadata (tags such as
+    hide-input, a collapsed source) come from `source`, outputs and timings from `executed`. A copy is reused while
+    its code is unchanged, so this is how edits to prose or metadata since its execution reach the page."""
+    code = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    wanted = [c for c in source["cells"] if c["cell_type"] == "code"]
+    if [c["source"] for c in code] != [c["source"] for c in wanted]:
+        raise ValueError("the executed copy ran other code than the lesson has now: execute the lesson again")
+    ran = iter(code)
+    cells = []
+    for cell in source["cells"]:
+        cell = copy.deepcopy(cell)
+        if cell["cell_type"] == "code":
+            done = next(ran)
+            cell["outputs"], cell["execution_count"] = done["outputs"], done["execution_count"]
+            if "execution" in done["metadata"]:
+                cell["metadata"]["execution"] = done["metadata"]["execution"]
+        cells.append(cell)
+    page = copy.deepcopy(executed)
+    page["cells"] = cells
+    return page
+
+
+_NOTEBOOK_LINK = re.compile(r"(\]\()([^)\s:#]+)\.ipynb(#[^)\s]*)?\)")
+
+
+def link_pages_in_outputs(nb: Any) -> int:
+    """Point the relative links to notebooks in Markdown outputs (lesson 00's course map) at their pages: the
+    site renders those outputs as they are, so `01_x.ipynb` would be a missing file. Returns the links changed."""
+    changed = 0
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            text = out.get("data", {}).get("text/markdown")
+            if isinstance(text, str):
+                new, n = _NOTEBOOK_LINK.subn(lambda m: f"{m[1]}{m[2]}.html{m[3] or ''})", text)
+                out["data"]["text/markdown"], changed = new, changed + n
+    return changed
