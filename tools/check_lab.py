@@ -9,8 +9,9 @@ Nothing is executed here: the copies come from build/executed/<mode> (utils/exec
 code changed since its copy was made is refused. Every cell is attached to the page (the check sets
 notebook.windowingMode to "none" through the server's settings overrides) and rendered before it is read.
 A cell fails when it shows:
-- Markdown (a cell, or a Markdown output) whose dollar amounts MathJax typeset as a formula: a `$…$` pair
-  that is not meant as math, such as two amounts in one sentence (escape them: utils.prose.markdown);
+- Markdown (a cell, or a Markdown output) whose dollar amounts or words MathJax typeset as a formula: a
+  `$…$` pair that is not meant as math, such as two amounts in one sentence (escape them with
+  utils.prose.markdown), or an escaped amount that does not show as "$" and its number;
 - an error output (a traceback);
 - output on stderr, unless ALLOWED_STDERR lists it with the reason a learner is shown it.
 A screenshot of each failing cell goes to build/lab-check/.
@@ -62,12 +63,11 @@ AMOUNT = re.compile(r"(?<!\\)\$(\d[\d,]*(?:\.\d+)?)(?=\s+[A-Za-z]|[,.;:!?)](?:\s
 ESCAPED = re.compile(r"(?:\\\$|" + re.escape(prose.DOLLAR) + r")(\d[\d,]*(?:\.\d+)?)")
 #: Words typeset as a formula: MathJax sets each letter of ordinary text as a variable, one after another.
 WORD_RUN = 6
-#: What the page shows of each cell: its position, its kind, the MathJax formulas typeset in its rendered
-#: Markdown (with their text, and whether they are in an output), and the text of its stderr outputs.
+#: What the page shows of each cell: its position, the MathJax formulas typeset in its rendered Markdown (their
+#: text, their longest run of letters, whether they are in an output), its rendered Markdown's text, and the
+#: text of its stderr outputs.
 READ_CELLS = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-Cell')].map((cell, i) => ({
   index: cell.dataset.windowedListIndex === undefined ? i : Number(cell.dataset.windowedListIndex),
-  markdown: cell.classList.contains('jp-MarkdownCell'),
-  rendered: !cell.classList.contains('jp-MarkdownCell') || cell.classList.contains('jp-mod-rendered'),
   math: [...cell.querySelectorAll('.jp-RenderedMarkdown mjx-container')].map(m => {
     let run = 0, longest = 0;  // the longest run of single letters set as variables (<mi>), one after another
     for (const e of m.querySelectorAll('mjx-assistive-mml math *')) {
@@ -199,6 +199,19 @@ def stop_server(server: subprocess.Popen) -> None:
             pass
 
 
+def check_settings(base: str, token: str) -> None:
+    """Fail unless the server applies the check's overrides (JupyterLab's settings API: overrides become the
+    schema's defaults, and the check's own user settings are empty)."""
+    for plugin, wanted in OVERRIDES.items():
+        with urllib.request.urlopen(f"{base}/lab/api/settings/{plugin}?token={token}", timeout=30) as answer:
+            found = json.load(answer)
+        composite = {key: spec.get("default") for key, spec in found["schema"]["properties"].items()}
+        composite.update(found["settings"])
+        for key, value in wanted.items():
+            if composite.get(key) != value:
+                raise RuntimeError(f"JupyterLab's {plugin} has {key}={composite.get(key)!r}, not the check's {value!r}")
+
+
 def shut_down_kernels(base: str, token: str) -> None:
     """Shut down the sessions (kernels) that opening a notebook started."""
     with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as answer:
@@ -272,6 +285,7 @@ def check(copies: dict[str, Path], root: Path = REPO_ROOT, out: Path = OUT) -> t
             trust.sign(nbformat.read(copy, as_version=4))
         server, base, token = start_server(Path(work), root, out)
         try:
+            check_settings(base, token)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
                 context = browser.new_context(viewport=VIEWPORT)
