@@ -71,3 +71,11 @@ def test_restore_state_copies_weights_and_optimizer_state():
     )
     with pytest.raises(ValueError, match="same architecture"):
         course_model.restore_state(course_model.build_forecaster(width=8, depth=2), trained)
+
+
+def test_gradient_bytes_by_layer_come_last_layer_first_and_add_up():
+    net = model.build_forecaster(width=32, depth=2)
+    layers = model.gradient_bytes_by_layer(net)
+    assert sum(layers) == 4 * net.count_params()
+    dense = [layer for layer in net.layers if layer.trainable_weights]
+    assert layers[0] == 4 * dense[-1].count_params() and layers[-1] == 4 * dense[0].count_params()

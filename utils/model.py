@@ -31,6 +31,16 @@ def build_forecaster(
     return keras.Model(inputs, outputs, name=name)
 
 
+def gradient_bytes_by_layer(model, bytes_per_value: int = 4) -> list[int]:
+    """The gradient bytes of each layer that has weights, in the order the backward pass computes them (the last
+    layer first): what an allreduce that starts as soon as a gradient is ready receives, one layer after another."""
+    return [
+        bytes_per_value * sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+        for layer in reversed(model.layers)
+        if layer.trainable_weights
+    ]
+
+
 def compile_forecaster(model, learning_rate: float = 1e-3, optimizer: str = "adam"):
     """Compile with mean squared error, mean absolute error as a metric, and the named optimizer."""
     import keras
