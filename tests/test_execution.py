@@ -93,3 +93,17 @@ def test_bad_names_and_modes_are_refused_with_what_to_give(lessons, capsys):
     with pytest.raises(SystemExit):
         execution.main(["--mode", "smoke", "99_none.ipynb"])
     assert "such as 00_start_here.ipynb" in capsys.readouterr().err
+
+
+def test_a_lesson_edited_while_it_runs_leaves_a_copy_that_is_not_current(lessons):
+    src, out = lessons
+    edit = (
+        "import nbformat\n"
+        "nb = nbformat.read('c.ipynb', as_version=4)\n"
+        "nb.cells.append(nbformat.v4.new_code_cell('print(2)'))\n"
+        "nbformat.write(nb, 'c.ipynb')"
+    )
+    write(src, "c.ipynb", new_code_cell(edit))
+    execution.execute("c.ipynb", "smoke", folder=out, source_dir=src)
+    assert len(nbformat.read(src / "c.ipynb", as_version=4).cells) == 2  # the edit happened during the run
+    assert not execution.is_current("c.ipynb", "smoke", out, src)

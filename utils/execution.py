@@ -91,6 +91,7 @@ def execute(
     if not source.is_file():
         raise FileNotFoundError(f"{source} does not exist: give a lesson's file name from {source_dir}")
     nb = nbformat.read(source, as_version=4)
+    built = stamp(source, mode)  # the code as it was read: an edit during the run must not make this copy current
     current = {"index": 0}
 
     def on_cell_execute(cell, cell_index: int) -> None:
@@ -108,7 +109,7 @@ def execute(
         client.execute(cwd=str(source.parent), env=env)
     except (CellExecutionError, CellTimeoutError) as err:
         stop_leftovers(notebook, env[MARK])
-        nb.metadata["course_build"] = f"failed:{stamp(source, mode)}"
+        nb.metadata["course_build"] = f"failed:{built}"
         nbformat.write(nb, dest)
         index = current["index"]
         cell = nb.cells[index]
@@ -120,7 +121,7 @@ def execute(
         raise LessonFailed(notebook, index, len(nb.cells), cell.get("id", "?"), summary, detail, dest) from None
     seconds = time.perf_counter() - start
     stop_leftovers(notebook, env[MARK])
-    nb.metadata["course_build"] = stamp(source, mode)
+    nb.metadata["course_build"] = built
     nbformat.write(nb, dest)
     return seconds
 
