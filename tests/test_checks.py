@@ -198,3 +198,8 @@ def test_warm_fraction_alone_by_hand(capsys):
     assert not checks.check_warm_fraction_alone(1.5, work)
     # a job that fits from scratch: the whole run, 100 %
     assert checks.check_warm_fraction_alone(1.0, capstone.Workload(job_hours=0.25, monthly_growth=0.0))
+
+
+def test_a_correct_float_is_shown_to_the_precision_the_check_uses(capsys):
+    assert checks.report("x", 12 * np.log(2) / np.log(10), 3.6123599479677737)
+    assert capsys.readouterr().out.strip() == "[x] correct: 3.61236"

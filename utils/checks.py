@@ -23,6 +23,8 @@ def report(exercise: str, answer: Any, expected: Any, *, rel_tol: float = 1e-6, 
     except (TypeError, ValueError):
         ok = answer == expected
     shown = answer.item() if isinstance(answer, np.generic) else answer  # 0.25, not np.float64(0.25)
+    if isinstance(shown, float) and shown == shown and abs(shown) != float("inf"):
+        shown = float(f"{shown:.6g}")  # 3.61236, not 3.6123599479677737: as precise as the check
     if ok:
         print(f"[{exercise}] correct: {shown!r}")
     else:
