@@ -309,3 +309,14 @@ def test_predicted_efficiency_layer_by_layer_by_hand():
     assert np.all(layered >= scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.0) - 1e-12)
     with pytest.raises(ValueError, match="adding up to grad_bytes"):
         scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, overlap=0.5, layer_bytes=[6e6])
+
+
+def test_a_measured_overhead_is_added_to_every_step():
+    # the by-hand case above (1.9 s) plus 0.1 s that two ranks cost a step on loopback; on a fast link the last
+    # gradient is ready at 1.2 s and its fixed cost ends the step at 1.25 s, plus 0.1
+    eff = scenario.predicted_efficiency(
+        1.0, 2, 1.2, 8e6, [10e6, 1e12], overlap=0.5, layer_bytes=[6e6, 2e6], fixed_seconds=0.05, overhead_seconds=0.1
+    )
+    assert eff == pytest.approx([1 / 2.0, 1 / 1.35], rel=1e-3)
+    with pytest.raises(ValueError, match="overhead_seconds"):
+        scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 1e7, overhead_seconds=-0.1)

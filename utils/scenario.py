@@ -188,6 +188,7 @@ def predicted_efficiency(
     step_latency: float = 0.0,
     overlap: float = 0.0,
     layer_bytes: Sequence[float] | None = None,
+    overhead_seconds: float = 0.0,
 ) -> np.ndarray:
     """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
     step. That step is the computation (`compute_step`, measured with N processes busy) and the allreduce (its
@@ -199,7 +200,13 @@ def predicted_efficiency(
     `layer_bytes`, the gradient bytes of each layer in the order the backward pass produces them (the last layer
     first), each layer's gradient is ready only once the backward pass has computed it (the pass's time shared
     among the layers in proportion to their bytes: a dense layer's backward work is proportional to its
-    weights) and the link sends them one after the other: the step ends when the last one has crossed."""
+    weights) and the link sends them one after the other: the step ends when the last one has crossed.
+
+    `overhead_seconds` is added to every step: what synchronous training costs a step beyond the computation
+    where the link costs nothing (measured on loopback: N ranks' step minus N independent workers' step; it holds
+    the allreduce's fixed cost and its copies, so pass fixed_seconds=0 with it)."""
+    if overhead_seconds < 0:
+        raise ValueError(f"overhead_seconds is a time, at least 0; got {overhead_seconds}")
     rates = np.asarray(link_bytes_per_s, dtype=float)
     if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
         raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
@@ -208,7 +215,7 @@ def predicted_efficiency(
     if layer_bytes is None:
         comm = fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
         step = (1 - overlap) * compute_step + np.maximum(overlap * compute_step, comm)
-        return one_rank_step / step
+        return one_rank_step / (step + overhead_seconds)
     sizes = np.asarray(layer_bytes, dtype=float)
     if sizes.size == 0 or np.any(sizes < 0) or not np.isclose(sizes.sum(), grad_bytes, rtol=0.01):
         raise ValueError(
@@ -221,7 +228,7 @@ def predicted_efficiency(
     for at, size in zip(ready, sizes):  # first in, first out through the link
         done = np.maximum(done, at) + ring_allreduce_seconds(n, size, rates, 0.0)
     step = np.maximum(compute_step, done + fixed_seconds + step_latency)
-    return one_rank_step / step
+    return one_rank_step / (step + overhead_seconds)
 
 
 def binding_rate(
