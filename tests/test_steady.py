@@ -2,14 +2,18 @@
 recorded reference when the machine was busy or the rounds disagree."""
 
 import contextlib
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from utils import steady
 
+ROOT = Path(__file__).resolve().parent.parent
 QUIET = steady.Contention(seconds=10, cores=2, others_cpu_seconds=0.5, steal_seconds=0.0)
 BUSY = steady.Contention(seconds=10, cores=2, others_cpu_seconds=10.0, steal_seconds=0.0)
 REF = steady.Reference(0.9, 0.88, 0.92, 3, "AMD EPYC", 2, "2026-11-25", "lesson 04, full mode")
@@ -93,3 +97,18 @@ def test_recording_writes_one_row_per_figure_and_mode_and_reads_it_back(tmp_path
 def test_no_rounds_is_a_clear_error():
     with pytest.raises(ValueError, match="no rounds"):
         steady.Steady("x", [], QUIET, tolerance=0.1)
+
+
+def test_the_program_that_runs_the_notebook_is_not_counted_as_another():
+    """The watch runs in a child; this process (its parent, as a notebook server is a kernel's) keeps a core busy."""
+    code = (
+        "import time\nfrom utils import steady\n"
+        "with steady.CpuWatch() as w:\n    time.sleep(2)\n"
+        "print(' '.join(str(p) for (p, _), c in w.by_process.items() if c > 0))"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=str(ROOT))
+    deadline = time.time() + 20
+    while child.poll() is None and time.time() < deadline:
+        pass  # busy, as the parent of the watching process
+    out = child.communicate(timeout=5)[0]
+    assert str(os.getpid()) not in out.split(), out

@@ -83,8 +83,9 @@ def _key(proc: psutil.Process) -> tuple[int, float]:
 
 
 class CpuWatch:
-    """Count, twice a second, the CPU time used by every process that is not this one or one of its descendants
-    (a process seen only between two samples is missed; a long-running busy program is what matters)."""
+    """Count, twice a second, the CPU time used by every process that is not this one, one of its descendants
+    or one of the programs that run it (the notebook server or executor: its own bookkeeping is part of the
+    run); a process seen only between two samples is missed; a long-running busy program is what matters."""
 
     def __init__(self, every: float = 0.5):
         self.every = every
@@ -101,7 +102,12 @@ class CpuWatch:
         children: dict[int, list[int]] = {}
         for p in procs:
             children.setdefault(p.info["ppid"], []).append(p.pid)
-        mine, todo = set(), [os.getpid()]  # this process and its descendants, from the same snapshot
+        parent = {p.pid: p.info["ppid"] for p in procs}
+        mine, up = set(), parent.get(os.getpid())
+        while up and up not in mine:  # the programs that run this one (JupyterLab, the lesson executor)
+            mine.add(up)
+            up = parent.get(up)
+        todo = [os.getpid()]  # this process and its descendants, from the same snapshot
         while todo:
             pid = todo.pop()
             if pid not in mine:
