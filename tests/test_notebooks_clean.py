@@ -140,6 +140,18 @@ def _names(source: str, stored: bool) -> set[str]:
     return found
 
 
+def _reads_only_from(code: dict[int, str], sources, readers, what: str) -> list[str]:
+    """Each later cell of `readers` that reads a name which only cells of `sources` bind (not `readers`)."""
+    bound = set().union(set(), *(_names(code[j], True) for j in readers))
+    problems = []
+    for i in sources:
+        only_here = _names(code[i], True) - bound
+        for j in readers:
+            if j > i and only_here & _names(code[j], False):
+                problems.append(f"cell {j} reads {sorted(only_here & _names(code[j], False))} from {what} {i}")
+    return problems
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_core_cell_depends_on_a_deep_dive(path):
     """A learner who skips the sections marked '(deep dive)' can run every other cell: nothing that only a
@@ -148,13 +160,7 @@ def test_no_core_cell_depends_on_a_deep_dive(path):
     code = {i: "".join(c["source"]) for i, c in enumerate(cells) if c["cell_type"] == "code"}
     core = [i for i in course.core_cells(path) if i in code]
     deep = sorted(set(code) - set(core))
-    core_bound = set().union(set(), *(_names(code[i], True) for i in core))
-    problems = []
-    for i in deep:
-        only_deep = _names(code[i], True) - core_bound
-        for j in core:
-            if j > i and only_deep & _names(code[j], False):
-                problems.append(f"cell {j} reads {sorted(only_deep & _names(code[j], False))} from deep-dive cell {i}")
+    problems = _reads_only_from(code, deep, core, "deep-dive cell")
     assert not problems, f"{path.name}: {problems}: move the definition out of the deep dive, or unmark it"
 
 
@@ -213,12 +219,7 @@ def test_nothing_reads_what_only_a_solution_defines(path: Path):
     solutions = set(_solution_cells(cells))
     code = {i: "".join(c["source"]) for i, c in enumerate(cells) if c["cell_type"] == "code"}
     others = [i for i in code if i not in solutions]
-    problems = []
-    for i in sorted(solutions):
-        only_here = _names(code[i], True) - set().union(set(), *(_names(code[j], True) for j in others))
-        for j in others:
-            if j > i and only_here & _names(code[j], False):
-                problems.append(f"cell {j} reads {sorted(only_here & _names(code[j], False))} from solution cell {i}")
+    problems = _reads_only_from(code, sorted(solutions), others, "solution cell")
     assert not problems, f"{path.name}: {problems}: define these in the exercise cell, or do not use them later"
 
 
