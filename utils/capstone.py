@@ -369,14 +369,6 @@ class Calibration:
         """The fastest step of each run over the rounds."""
         return {k: min(v) for k, v in self.steps.items()}
 
-    @property
-    def efficiency(self) -> float:
-        """The residual efficiency of the fastest steps."""
-        b = self.best
-        return residual_efficiency(
-            b["one worker"], b["two side by side"], b["two workers, scaled link"], self.comm_seconds
-        )
-
     def per_round(self) -> list[float]:
         """The residual efficiency of every round."""
         rounds = zip(self.steps["one worker"], self.steps["two side by side"], self.steps["two workers, scaled link"])
