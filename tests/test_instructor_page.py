@@ -28,3 +28,17 @@ def test_instructor_page_shows_the_measured_schedule_and_memory():
     assert lessons and all(f"`{name}`" in page for name in lessons + left)
     assert plan[-1].start_min + plan[-1].minutes <= 180
     assert course.memory_line() in page
+
+
+def test_the_full_day_reaches_multi_worker_sagemaker_and_the_capstone():
+    sys.path.insert(0, str(REPO / "tools"))
+    import instructor_page
+
+    plan, left, skipped = instructor_page.day_schedule()
+    taught = [slot.what for slot in plan if slot.what not in ("break", "lunch")]
+    assert set(instructor_page.DAY_MUST) <= set(taught), f"the day reaches only {taught}"
+    assert plan[-1].start_min + plan[-1].minutes <= instructor_page.DAY_MIN
+    assert [slot.what for slot in plan].count("lunch") == 1
+    assert set(skipped) <= set(instructor_page.DAY_SKIPPABLE) and not set(skipped) & set(taught)
+    page = (REPO / "docs" / "instructor.md").read_text()
+    assert all(f"`{name}`" in page.split("## A full day")[1] for name in taught + skipped)

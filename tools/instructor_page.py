@@ -21,20 +21,26 @@ from utils.paths import NOTEBOOKS, REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "instructor.md"
 WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN = 180, 60, 10
+# The day: 6 hours with the breaks and a lunch after about half of it; it must reach MWMS, SageMaker and the
+# capstone. Lessons the day may skip, in this order, until it does: mixed precision (a speed-up of each worker,
+# not a step on the path to the cluster) and the survey of parallelism strategies (lesson 03 and 04 carry on
+# from lesson 01 without it).
+DAY_MIN, LUNCH_AFTER_MIN, LUNCH_MIN = 360, 150, 45
+DAY_MUST = ("05_tf_distribute.ipynb", "07_sagemaker_jobs.ipynb", "08_capstone.ipynb")
+DAY_SKIPPABLE = ("06_mixed_precision.ipynb", "02_data_vs_model_parallelism.ipynb")
 
 
 def _clock(minutes: float) -> str:
     return f"{int(minutes) // 60}:{int(minutes) % 60:02d}"
 
 
-def schedule_table() -> str:
-    """The workshop's schedule as a markdown table, and the lessons left for afterwards."""
-    plan, left = course.workshop_schedule(WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN)
+def schedule_table(plan: list[course.Slot], left: list[str], skipped: list[str] | None = None) -> str:
+    """A workshop's schedule as a markdown table, then what it skips and leaves for afterwards."""
     titles = {lesson.notebook: lesson.title for lesson in course.lessons()}
     lines = ["| starts at | block | minutes | of which: code running | reading (estimate) |", "|---|---|---|---|---|"]
     for slot in plan:
-        if slot.what == "break":
-            lines.append(f"| {_clock(slot.start_min)} | break | {slot.minutes:.0f} | | |")
+        if slot.what in ("break", "lunch"):
+            lines.append(f"| {_clock(slot.start_min)} | {slot.what} | {slot.minutes:.0f} | | |")
         else:
             lines.append(
                 f"| {_clock(slot.start_min)} | `{slot.what}`: {titles[slot.what]} | {slot.minutes:.0f} "
@@ -42,10 +48,26 @@ def schedule_table() -> str:
             )
     end = plan[-1].start_min + plan[-1].minutes if plan else 0
     lines.append(f"| {_clock(end)} | end of the core path | | | |")
-    after = ", ".join(f"`{name}`" for name in left) or "none"
     lines.append("")
+    if skipped:
+        names = ", ".join(f"`{name}`" for name in skipped)
+        lines.append(f"Skipped to make room for the lessons after them: {names} (self-study after the day).")
+    after = ", ".join(f"`{name}`" for name in left) or "none"
     lines.append(f"Left for after the workshop (self-study, or a second session): {after}.")
     return "\n".join(lines)
+
+
+def day_schedule() -> tuple[list[course.Slot], list[str], list[str]]:
+    """The full day's schedule: as many lessons as reach DAY_MUST within DAY_MIN, and what it skips."""
+    return course.workshop_reaching(
+        DAY_MUST,
+        DAY_SKIPPABLE,
+        DAY_MIN,
+        break_after_min=BREAK_AFTER_MIN,
+        break_min=BREAK_MIN,
+        lunch_after_min=LUNCH_AFTER_MIN,
+        lunch_min=LUNCH_MIN,
+    )
 
 
 def horovod_table() -> str:
@@ -55,6 +77,20 @@ def horovod_table() -> str:
         found = course.horovod_sections(NOTEBOOKS / lesson.notebook)
         lines.append(f"| `{lesson.notebook}` | {'; '.join(found) if found else 'none: runs in full'} |")
     return "\n".join(lines)
+
+
+def day_table() -> str:
+    """The full day's schedule as a markdown table, with what it skips."""
+    plan, left, skipped = day_schedule()
+    reached = {slot.what for slot in plan}
+    missing = [n for n in DAY_MUST if n not in reached]
+    note = (
+        f"\n\nEven with those lessons skipped, the day does not reach {', '.join(f'`{n}`' for n in missing)}: "
+        "plan a second day."
+        if missing
+        else ""
+    )
+    return schedule_table(plan, left, skipped) + note
 
 
 def render() -> str:
@@ -81,7 +117,18 @@ Each block is one lesson's **core path**: the lesson without the sections whose 
 (the core path's words, code included, at {course.READING_WPM} words a minute: an assumption, not a
 measurement). A {BREAK_MIN}-minute break comes after about {BREAK_AFTER_MIN} minutes of work. {deep}
 
-{schedule_table()}
+{schedule_table(*course.workshop_schedule(WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN))}
+
+## A full day ({DAY_MIN // 60} hours)
+
+The same blocks and breaks, with a {LUNCH_MIN}-minute lunch at the first break after {_clock(LUNCH_AFTER_MIN)}.
+The day must reach {", ".join(f"`{n}`" for n in DAY_MUST)}: multi-worker training with tf.distribute,
+SageMaker jobs and the capstone that answers the course's opening question. When the lessons do not all fit,
+the schedule drops {" then ".join(f"`{n}`" for n in DAY_SKIPPABLE)}, in that order, until it reaches them:
+mixed precision speeds up each worker but is not a step on the way to the cluster, and lessons 03 and 04
+carry on from lesson 01 without the survey of parallelism strategies.
+
+{day_table()}
 
 Learners' machines are often slower than the one that measured these times: allow for it, and keep the
 deep dives for those who finish early.

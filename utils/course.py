@@ -465,31 +465,54 @@ def workshop_schedule(
     break_min: float = 10,
     rows: list[dict[str, str]] | None = None,
     folder: Path = NOTEBOOKS,
+    skip: tuple[str, ...] = (),
+    lunch_after_min: float | None = None,
+    lunch_min: float = 45,
 ) -> tuple[list[Slot], list[str]]:
-    """Lessons' core paths in order, with a break after each `break_after_min`, within `total_min`.
+    """Lessons' core paths in order (those in `skip` left out), with a break after each `break_after_min`
+    (the first break from `lunch_after_min` on is a lunch of `lunch_min`), within `total_min`.
 
     Returns the schedule and the lessons left for after the workshop (those that do not fit, and those
-    whose core path is not measured yet)."""
+    whose core path is not measured yet); skipped lessons are in neither."""
     rows = read_durations() if rows is None else rows
     plan: list[Slot] = []
     left: list[str] = []
     clock = since_break = 0.0
     for lesson in lessons(folder):
+        if lesson.notebook in skip:
+            continue
         run = core_run_seconds(lesson.notebook, rows, folder)
         if run is None or left:
             left.append(lesson.notebook)
             continue
         run_min, reading = run / 60, reading_minutes(folder / lesson.notebook)
         need = math.ceil(run_min + reading)
-        if since_break and since_break + need > break_after_min and clock + break_min + need <= total_min:
-            plan.append(Slot("break", clock, break_min))
-            clock, since_break = clock + break_min, 0.0
+        if since_break and since_break + need > break_after_min:
+            lunch = lunch_after_min is not None and clock >= lunch_after_min and all(s.what != "lunch" for s in plan)
+            pause = lunch_min if lunch else break_min
+            if clock + pause + need <= total_min:
+                plan.append(Slot("lunch" if lunch else "break", clock, pause))
+                clock, since_break = clock + pause, 0.0
         if clock + need > total_min:
             left.append(lesson.notebook)
             continue
         plan.append(Slot(lesson.notebook, clock, need, run_min, reading))
         clock, since_break = clock + need, since_break + need
     return plan, left
+
+
+def workshop_reaching(
+    must: tuple[str, ...], skippable: tuple[str, ...], total_min: float, **kwargs
+) -> tuple[list[Slot], list[str], list[str]]:
+    """The schedule that keeps the most lessons and still reaches every lesson of `must`: the lessons of
+    `skippable` are dropped one by one, in that order, until it does. Returns (schedule, left, skipped);
+    when even dropping all of them is not enough, the schedule with all of them dropped."""
+    for k in range(len(skippable) + 1):
+        skipped = list(skippable[:k])
+        plan, left = workshop_schedule(total_min, skip=tuple(skipped), **kwargs)
+        if set(must) <= {slot.what for slot in plan}:
+            break
+    return plan, left, skipped
 
 
 def horovod_sections(nb: dict | Path) -> list[str]:
