@@ -25,6 +25,9 @@ CELLS = [
     new_code_cell("import sys\nprint('a library says something', file=sys.stderr)"),
     new_code_cell("{}['missing']"),
     new_code_cell("print('fine')"),
+    # one check's line twice: the learner cannot tell which case each line is about
+    new_code_cell("from utils import checks\nchecks.report('rate', 2, 2)\nchecks.report('rate', 2, 2)"),
+    new_code_cell("checks.report('rate at step 50', 2, 2)\nchecks.report('rate at step 100', 2, 2)"),
 ]
 
 
@@ -63,7 +66,16 @@ def test_error_outputs_and_stderr_fail_and_each_failing_cell_has_a_screenshot(ch
     problems, _, out = checked
     assert [p.what for p in problems[5]] == ["an error output: KeyError: 'missing'"]
     assert "'a library says something'" in problems[4][0].what
-    assert sorted(problems) == [1, 3, 4, 5]
+    assert sorted(problems) == [1, 3, 4, 5, 7]
     shots = sorted(p.name for p in out.glob("*.png"))
-    assert shots == ["lesson.cell002.png", "lesson.cell004.png", "lesson.cell005.png", "lesson.cell006.png"]
+    assert shots == [f"lesson.cell{i:03d}.png" for i in (2, 4, 5, 6, 8)]
     assert all(p.screenshot.stat().st_size > 1000 for cell in problems.values() for p in cell)
+
+
+def test_an_exercise_check_that_prints_the_same_line_twice_fails(checked):
+    problems, _, _ = checked
+    assert [p.what for p in problems[7]] == [
+        "an exercise check prints the same line 2 times ('[rate] correct: 2'): a learner cannot tell the cases "
+        "apart; give each its own label"
+    ]
+    assert 8 not in problems  # two checks with labels of their own

@@ -117,6 +117,10 @@ def markdown_amounts(nb, index: int, *, outputs: bool, pattern: re.Pattern = AMO
     return [m.group(1) for text in texts for m in pattern.finditer("".join(text))]
 
 
+#: A line printed by an exercise's check (utils.checks.report): "[what] correct: ..." and its siblings.
+CHECK_LINE = re.compile(r"^\[[^\]]+\] (correct|not quite|not answered)")
+
+
 def allowed(line: str) -> bool:
     """True when a stderr line is one a lesson shows on purpose (ALLOWED_STDERR)."""
     return any(re.search(pattern, line) for pattern in ALLOWED_STDERR)
@@ -145,6 +149,18 @@ def cell_problems(nb, seen: dict) -> list[str]:
         for amount in markdown_amounts(nb, index, outputs=output, pattern=ESCAPED):
             if f"${amount}" not in shown or f"\\${amount}" in shown:
                 found.append(f"the escaped amount \\${amount} does not show as ${amount}")
+    checked = [
+        line
+        for out in cell.get("outputs", [])
+        if out.get("output_type") == "stream"
+        for line in "".join(out.get("text", "")).splitlines()
+        if CHECK_LINE.match(line)
+    ]
+    for line in sorted({line for line in checked if checked.count(line) > 1}):
+        found.append(
+            f"an exercise check prints the same line {checked.count(line)} times ({line[:100]!r}): a learner "
+            "cannot tell the cases apart; give each its own label"
+        )
     errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     for text in seen["stderr"]:
         error = next((e for e in errors if e.get("ename", "") in text), None)

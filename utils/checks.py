@@ -91,14 +91,18 @@ def restart_after_failure(failed_during_epoch: int, checkpoint_every: int = 1) -
 def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: int | None, lost: int | None) -> bool:
     """Exercise: where a restarted job resumes and how many epochs of work it redoes."""
     want_first, want_lost = restart_after_failure(failed_during_epoch, checkpoint_every)
+    case = f"failed in epoch {failed_during_epoch}, checkpoint every {checkpoint_every}"  # tells two cases apart
     a = report(
-        "first epoch after restart",
+        f"{case}: first epoch after restart",
         first_epoch,
         want_first,
         hint=f"the last checkpoint is the last multiple of {checkpoint_every} before the failed epoch",
     )
     b = report(
-        "epochs of work lost", lost, want_lost, hint="the epochs after the last checkpoint, the failed one included"
+        f"{case}: epochs of work lost",
+        lost,
+        want_lost,
+        hint="the epochs after the last checkpoint, the failed one included",
     )
     return a and b
 
