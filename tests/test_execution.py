@@ -3,6 +3,7 @@ and a failing or slow cell named by its notebook and position."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import nbformat
@@ -38,6 +39,13 @@ def test_a_copy_keeps_outputs_runs_in_the_mode_and_the_notebooks_folder_and_is_r
     assert execution.is_current("a.ipynb", "smoke", out, src)
     assert not execution.is_current("a.ipynb", "full", out, src)
     assert execution.ensure("a.ipynb", "smoke", folder=out, source_dir=src) == (path, None)  # reused
+    run = copy.metadata["course_run"]  # what the website says of the page's outputs
+    assert run["mode"] == "smoke" and run["date"] == dt.date.today().isoformat() and 0 < run["seconds"] < 120
+    del copy.metadata["course_run"]  # a copy made before the course recorded its runs is made again
+    nbformat.write(copy, path)
+    assert not execution.is_current("a.ipynb", "smoke", out, src)
+    path, seconds = execution.ensure("a.ipynb", "smoke", folder=out, source_dir=src)
+    assert seconds is not None
 
     write(src, "a.ipynb", new_markdown_cell("# A, reworded"), new_code_cell(code))
     assert execution.is_current("a.ipynb", "smoke", out, src)  # prose does not change what the code printed

@@ -213,3 +213,22 @@ def test_links_to_notebooks_in_markdown_outputs_point_at_their_pages():
     )
     assert nb.cells[0].source == "[next](01_why.ipynb)"  # Markdown cells are resolved by the site's own parser
     assert printed.text == "see [x](01_why.ipynb)\n"
+
+
+def test_a_page_says_which_mode_machine_and_day_made_its_outputs():
+    import nbformat
+
+    from utils import execution
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · Title"), nbformat.v4.new_code_cell("1")])
+    with pytest.raises(ValueError, match="execute the lesson again"):
+        site.with_provenance(nb)
+    nb.metadata["course_run"] = execution.run_record("full", 754.0)
+    page = site.with_provenance(nb)
+    assert [c.cell_type for c in page.cells] == ["markdown", "markdown", "code"] and len(nb.cells) == 2
+    note = page.cells[1].source
+    run = nb.metadata["course_run"]
+    assert note.startswith("*Outputs on this page: full mode (the lessons' own data and epochs")
+    assert f"executed on {run['date']} on {run['machine']} with TensorFlow {run['tensorflow']}, in 12.6 minutes" in note
+    nb.metadata["course_run"]["mode"] = "smoke"
+    assert "too rough for the lessons' verdicts" in site.provenance_note(nb)

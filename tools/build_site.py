@@ -106,6 +106,7 @@ def main() -> None:
         nb = site.with_current_cells(nbformat.read(dest, as_version=4), nbformat.read(NOTEBOOKS / name, as_version=4))
         site.drop_widgets(nb)  # progress bars keep their text; the page loads no widget library from a CDN
         site.link_pages_in_outputs(nb)  # links to lessons in Markdown outputs, as in the lessons' own text
+        nb = site.with_provenance(nb)  # which mode, machine and day produced the outputs
         nbformat.write(nb, dest)
     docs = tuple(sorted(p.name for p in (REPO_ROOT / "docs").glob("*.md")))
     (src / "docs").mkdir(parents=True, exist_ok=True)

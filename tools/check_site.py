@@ -225,6 +225,8 @@ def main() -> None:
                         if images != expected:
                             problems.append(f"{stem}: {images} figures shown, the notebook has {expected}")
                         problems += [f"{stem}: {e}" for e in site.error_outputs(nb)]
+                        if "Outputs on this page:" not in text:
+                            problems.append(f"{stem}: the page does not say which mode, machine and day made it")
                 problems += [f"request to a host outside this machine: {u}" for u in sorted(set(outside))]
                 context.close()
             browser.close()

@@ -6,12 +6,14 @@ JupyterLab check read them, so that a CI run executes each lesson once.
 
 A copy lives in build/executed/<mode>/<lesson>.ipynb. Its metadata (`course_build`) holds the mode and the
 hash of the lesson's code cells it ran (utils.course.code_hash): `ensure` reuses a copy while both still
-match, and executes the lesson again otherwise. The notebooks in git stay without outputs.
+match, and executes the lesson again otherwise; `course_run` records the machine, the date and the time it
+took (the website says so on each page). The notebooks in git stay without outputs.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import re
 import sys
@@ -19,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils import course, processes
+from utils import course, envinfo, processes
 from utils.paths import NOTEBOOKS, REPO_ROOT
 
 #: Where executed copies are kept, one folder per mode.
@@ -69,7 +71,8 @@ def is_current(notebook: str, mode: str, folder: Path = EXECUTED, source_dir: Pa
     path = copy_path(notebook, mode, folder)
     if not path.is_file():
         return False
-    return nbformat.read(path, as_version=4).metadata.get("course_build") == stamp(source_dir / notebook, mode)
+    meta = nbformat.read(path, as_version=4).metadata
+    return meta.get("course_build") == stamp(source_dir / notebook, mode) and "course_run" in meta
 
 
 def execute(
@@ -122,8 +125,21 @@ def execute(
     seconds = time.perf_counter() - start
     stop_leftovers(notebook, env[MARK])
     nb.metadata["course_build"] = built
+    nb.metadata["course_run"] = run_record(mode, seconds)
     nbformat.write(nb, dest)
     return seconds
+
+
+def run_record(mode: str, seconds: float) -> dict[str, str | float]:
+    """What an executed copy says of its run: the mode, the machine, the TensorFlow version, the date, the time."""
+    cpu = envinfo.cpu_info()
+    return {
+        "mode": mode,
+        "machine": f"{cpu.model}, {cpu.usable_cores} usable cores",
+        "tensorflow": envinfo.versions()["TensorFlow"] or "not installed",
+        "date": dt.date.today().isoformat(),
+        "seconds": round(seconds, 1),
+    }
 
 
 def stop_leftovers(notebook: str, mark: str) -> None:

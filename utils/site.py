@@ -150,3 +150,34 @@ def link_pages_in_outputs(nb: Any) -> int:
                 new, n = _NOTEBOOK_LINK.subn(lambda m: f"{m[1]}{m[2]}.html{m[3] or ''})", text)
                 out["data"]["text/markdown"], changed = new, changed + n
     return changed
+
+
+#: What each mode means for the figures a page shows.
+MODE_MEANING = {
+    "full": "the lessons' own data and epochs, as a learner runs them",
+    "smoke": "the shortened runs of the course's tests (less data, fewer epochs): figures too rough for the "
+    "lessons' verdicts; the full-mode site shows the real ones",
+}
+
+
+def provenance_note(nb: Any) -> str:
+    """One line for the top of a lesson's page: which mode, machine and day produced its outputs, and how long
+    the lesson took (from the executed copy's `course_run`, utils.execution)."""
+    run = nb["metadata"].get("course_run")
+    if not run:
+        raise ValueError("the executed copy does not say how it was run (no course_run): execute the lesson again")
+    return (
+        f"*Outputs on this page: {run['mode']} mode ({MODE_MEANING[run['mode']]}), executed on {run['date']} on "
+        f"{run['machine']} with TensorFlow {run['tensorflow']}, in {run['seconds'] / 60:.1f} minutes.*"
+    )
+
+
+def with_provenance(nb: Any) -> Any:
+    """The page with its provenance note as a Markdown cell right after the title cell."""
+    import nbformat
+
+    page = copy.deepcopy(nb)
+    note = nbformat.v4.new_markdown_cell(provenance_note(nb))
+    note["id"] = "course-provenance"
+    page["cells"].insert(1, note)
+    return page
