@@ -8,7 +8,8 @@ the bytes this process writes to its sockets (`wchar` of /proc/self/io) and timi
 compressed allreduce apart: the casts to float16, the allreduce of float16 tensors, the casts back. An
 allreduce of as many tensors holding one value each counts the bytes a call writes besides its payload.
 The compressed average is compared value for value with the same arithmetic done in NumPy on every
-rank's gradients (gathered): round each to float16, add in float16, divide in float32. Part 2 trains --steps steps with each compression, timing whole steps, and hashes the weights so the
+rank's gradients (gathered): round each to float16, add in float16, divide and round to float16 again (Horovod
+scales the reduced float16 buffer), as utils.precision.fp16_average does. Part 2 trains --steps steps with each compression, timing whole steps, and hashes the weights so the
 notebook can check that both ranks still hold identical weights. Each rank prints one RESULT line (JSON).
 """
 
