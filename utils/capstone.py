@@ -342,8 +342,9 @@ def residual_efficiency(one_step: float, busy_step: float, two_step: float, comm
     """The share of ideal compute scaling at N = 2 that T(N) does not explain, at most 1, in the form T(N) applies
     it (compute / efficiency + allreduce): the computation two workers need (`busy_step`, two independent workers
     sharing the machine) over what their measured step leaves for computation once T(N)'s allreduce
-    (`comm_seconds`) is taken out. `one_step` (one worker alone) must not exceed busy_step by much: it is
-    checked to catch swapped arguments."""
+    (`comm_seconds`) is taken out. A `one_step` (one worker alone) much slower than `busy_step` is refused: it
+    catches a two-worker step passed as one_step, or a disturbed measurement (not one_step and busy_step swapped,
+    which are of the same size)."""
     if min(one_step, busy_step, two_step) <= 0 or comm_seconds < 0:
         raise ValueError("step times must be positive and the allreduce time not negative")
     if one_step > 1.5 * busy_step:
