@@ -112,3 +112,15 @@ def test_the_program_that_runs_the_notebook_is_not_counted_as_another():
         pass  # busy, as the parent of the watching process
     out = child.communicate(timeout=5)[0]
     assert str(os.getpid()) not in out.split(), out
+
+
+def test_the_steadiness_trial_still_finds_the_cells_that_decide_each_figure():
+    """tools/steadiness_trial.py runs the lessons' own cells, found by how they start: a lesson edit must not
+    leave it without them (it once missed lesson 04's set-up cell after an import was added)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import steadiness_trial
+
+    for name, (starts, _) in steadiness_trial.TRIALS.items():
+        nb = steadiness_trial.trial_notebook(name)
+        assert len(nb.cells) >= len(starts) + 1, name
+        assert nb.cells[-1].source.startswith("import statistics"), name

@@ -50,7 +50,7 @@ FIELDS = [
 #: last such cell with "..." ; the code that prints the figures as JSON)
 TRIALS = {
     "04_horovod.ipynb": (
-        ["import difflib", "WIDE = {", "speed, step_s = best.speed"],
+        ["import datetime as dt\nimport difflib", "WIDE = {", "speed, step_s = best.speed"],
         'import json\nprint("TRIAL", json.dumps({"figure": "scaling efficiency, 2 ranks", "measured": eff.measured, '
         '"used": efficiency, "fallback": eff.uses_reference, "others_share": watch.result.share}))',
     ),
