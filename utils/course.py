@@ -213,7 +213,8 @@ def course_map_markdown(rows: list[dict[str, str]] | None = None, folder: Path =
         )
     notes = [
         f"The core path leaves out the sections marked *{DEEP_DIVE_MARK}*; its reading time is estimated at "
-        f"{READING_WPM} words a minute. Full and smoke mode: the whole lesson's run time; peak memory: the kernel "
+        f"{READING_WPM} words a minute, without the exercises (each lesson's own duration, an estimate, adds them "
+        "and the deep dives). Full and smoke mode: the whole lesson's run time; peak memory: the kernel "
         "and its workers together, in full mode."
     ]
     if any(r.current is False for r in lessons_):
