@@ -232,3 +232,15 @@ def test_a_page_says_which_mode_machine_and_day_made_its_outputs():
     assert f"executed on {run['date']} on {run['machine']} with TensorFlow {run['tensorflow']}, in 12.6 minutes" in note
     nb.metadata["course_run"]["mode"] = "smoke"
     assert "too rough for the lessons' verdicts" in site.provenance_note(nb)
+
+
+def test_a_build_of_some_lessons_keeps_no_link_to_a_lesson_it_leaves_out():
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("Next: [lesson 02](02_b.ipynb); back to [lesson 00](00_a.ipynb#map)."),
+            new_markdown_cell("See [the docs](https://example.org/x.ipynb) and [a script](../scripts/t.ipynb)."),
+        ]
+    )
+    assert site.unlink_lessons_not_built(nb, {"00_a.ipynb", "01_x.ipynb"}) == 1
+    assert nb.cells[0].source == "Next: lesson 02; back to [lesson 00](00_a.ipynb#map)."
+    assert nb.cells[1].source == "See [the docs](https://example.org/x.ipynb) and [a script](../scripts/t.ipynb)."

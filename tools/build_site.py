@@ -107,6 +107,7 @@ def main() -> None:
         site.drop_widgets(nb)  # progress bars keep their text; the page loads no widget library from a CDN
         site.link_pages_in_outputs(nb)  # links to lessons in Markdown outputs, as in the lessons' own text
         nb = site.with_provenance(nb)  # which mode, machine and day produced the outputs
+        site.unlink_lessons_not_built(nb, set(names))  # a build of some lessons: no link to a missing page
         nbformat.write(nb, dest)
     docs = tuple(sorted(p.name for p in (REPO_ROOT / "docs").glob("*.md")))
     (src / "docs").mkdir(parents=True, exist_ok=True)

@@ -71,6 +71,25 @@ def front_page(readme: str, pages: set[str]) -> str:
     return _LINK.sub(fix, readme)
 
 
+def unlink_lessons_not_built(nb: Any, built: set[str]) -> int:
+    """In a lesson's Markdown cells, turn each link to another lesson that this build leaves out (a quick build of
+    some lessons) into its text, so that the book has no missing reference. Returns the links changed."""
+    changed = 0
+
+    def fix(match: re.Match) -> str:
+        nonlocal changed
+        target = match.group(2).split("#", 1)[0]
+        if urlparse(match.group(2)).scheme or "/" in target or not target.endswith(".ipynb") or target in built:
+            return match.group(0)
+        changed += 1
+        return match.group(1)
+
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = _LINK.sub(fix, "".join(cell["source"]))
+    return changed
+
+
 def toc(notebooks: list[str], docs: tuple[str, ...] = ()) -> str:
     """A Jupyter Book table of contents (_toc.yml): the front page, each lesson in order, then other pages."""
     lines = ["format: jb-book", "root: index", "chapters:"]
