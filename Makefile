@@ -1,7 +1,8 @@
 # Distributed training with TensorFlow, Horovod and Amazon SageMaker
 #   make lab    create/update the environment (.venv) and open the course in JupyterLab
 #   make test   create/update the environment, lint, run the unit tests and execute every notebook
-#   make site   the course as a website in build/site/html (lessons executed in smoke mode; SITE_MODE=full)
+#   make site   the course as a website in build/site/html (lessons executed in smoke mode; SITE_MODE=full is
+#               the published build)
 #   make lab-check   every lesson's executed copy (from make test) opened in JupyterLab in headless Chromium
 #   make wheelhouse   every pinned package and the Horovod wheel in wheelhouse/, for machines with no network
 # Options: PYTHON=/path/to/python3.11   TF_PACKAGE='tensorflow[and-cuda]' (GPU machines)

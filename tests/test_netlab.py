@@ -104,6 +104,7 @@ def test_hosts_have_names_addresses_and_shaped_links():
 
 
 @needs_lab
+@pytest.mark.alone
 @pytest.mark.parametrize("rate", ["100mbit", "1gbit"])
 def test_links_achieve_their_set_bandwidth(rate):
     with netlab.Lab(2, rate) as lab:
@@ -301,6 +302,7 @@ INCAST = textwrap.dedent(
 
 
 @needs_lab
+@pytest.mark.alone
 def test_a_hosts_downlink_is_shaped_too():
     """Two hosts send to a third at once: together they get no more than the receiver's link."""
     with netlab.Lab(3, "100mbit") as lab:

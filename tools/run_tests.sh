@@ -3,7 +3,8 @@
 # in smoke mode (COURSE_SMOKE=1), its executed copy kept in build/executed/smoke (utils/execution.py).
 # Bounded per test, per notebook cell, and as a whole run.
 #   bash tools/run_tests.sh [all|lint|unit|notebooks]
-# Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell).
+# Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell); TEST_WORKERS
+# unit tests run at a time (default 2).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 1
@@ -76,10 +77,23 @@ if [ "$what" = all ] || [ "$what" = lint ]; then
     echo "[test] ERROR: shellcheck found problems (above)" >&2
     rc=1
   fi
+  echo "[test] GitHub Actions workflows (zizmor, offline)"
+  if "$repo/.venv/bin/zizmor" --offline --quiet .github/workflows; then
+    echo "[test] zizmor: no problem found"
+  else
+    echo "[test] ERROR: zizmor found problems in .github/workflows (above)" >&2
+    rc=1
+  fi
 fi
 if [ "$what" = all ] || [ "$what" = unit ]; then
-  echo "[test] unit tests"
-  run tests -q -p no:cacheprovider --timeout=300 --durations=10 || rc=1
+  # Most tests wait on processes they start (rendezvous, timeouts, TensorFlow's import), so they run
+  # TEST_WORKERS at a time (pytest-xdist); the ones that measure a bandwidth or a duration (marked `alone`)
+  # run afterwards with nothing beside them.
+  workers="${TEST_WORKERS:-2}"
+  echo "[test] unit tests ($workers at a time, then the ones that measure, alone)"
+  run tests -q -p no:cacheprovider --timeout=300 --durations=10 -n "$workers" --dist worksteal -m "not alone" \
+    || rc=1
+  run tests -q -p no:cacheprovider --timeout=300 -m alone || rc=1
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
   echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
