@@ -56,6 +56,13 @@ run() {
 }
 
 rc=0
+# stage_done NAME: how long the stage took (each stage's time, for CI's log and the course's timing goals)
+stage_start=$start
+stage_done() {
+  echo "[test] $1 took $(( $(date +%s) - stage_start )) s"
+  stage_start=$(date +%s)
+}
+
 if [ "$what" = all ] || [ "$what" = lint ]; then
   echo "[test] lint and format checks (ruff)"
   if "$repo/.venv/bin/ruff" check --quiet . && "$repo/.venv/bin/ruff" format --check --quiet .; then
@@ -84,6 +91,7 @@ if [ "$what" = all ] || [ "$what" = lint ]; then
     echo "[test] ERROR: zizmor found problems in .github/workflows (above)" >&2
     rc=1
   fi
+  stage_done lint
 fi
 if [ "$what" = all ] || [ "$what" = unit ]; then
   # Most tests wait on processes they start (rendezvous, timeouts, TensorFlow's import), so they run
@@ -94,6 +102,7 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   run tests -q -p no:cacheprovider --timeout=300 --durations=10 -n "$workers" --dist worksteal -m "not alone" \
     || rc=1
   run tests -q -p no:cacheprovider --timeout=300 -m alone || rc=1
+  stage_done "unit tests"
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
   echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
@@ -101,6 +110,7 @@ if [ "$what" = all ] || [ "$what" = notebooks ]; then
   # The executed copies stay in build/executed/smoke: the website (make site) and the JupyterLab check
   # (make lab-check) read them instead of executing the lessons again.
   within_budget "$py" -m utils.execution --mode smoke --cell-timeout "$CELL_BUDGET" || rc=1
+  stage_done notebooks
 fi
 echo "[test] finished in $(( $(date +%s) - start )) s"
 exit $rc
