@@ -131,8 +131,8 @@ PARENT = textwrap.dedent(
     from utils import netlab
     lab = netlab.Lab(2, "100mbit").start()
     sleeper = subprocess.Popen([*lab.enter(1), "sleep", "300"])
-    print(json.dumps({"holder": lab._holder.pid, "hosts": [h.pid for h in lab.hosts], "sleeper": sleeper.pid}),
-          flush=True)
+    print(json.dumps({"holder": lab._holder.pid, "hosts": [h.pid for h in lab.hosts], "sleeper": sleeper.pid,
+                      "folder": str(lab._dir)}), flush=True)
     time.sleep(300)
     """
 )
@@ -140,7 +140,7 @@ PARENT = textwrap.dedent(
 
 @needs_lab
 def test_nothing_is_left_when_the_parent_is_killed():
-    """A JupyterLab kernel killed mid-run: the holder, the hosts and a program on a host all go."""
+    """A JupyterLab kernel killed mid-run: the holder, the hosts, a program on a host and the lab's folder all go."""
     before_links, before_ns = ip("-br", "link"), ip("netns", "list")
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT], stdout=subprocess.PIPE, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}
@@ -156,6 +156,7 @@ def test_nothing_is_left_when_the_parent_is_killed():
         parent.wait()
         left = until(lambda: [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
         assert not left, f"processes of the lab still running: {left}"
+        assert not until(lambda: Path(info["folder"]).exists()), f"the lab's folder {info['folder']} is left behind"
     finally:
         parent.kill()
         parent.wait()

@@ -591,6 +591,10 @@ def _holder_main(spec: dict[str, Any]) -> None:
             except subprocess.TimeoutExpired:
                 h.kill()
                 h.wait()
+        # the lab's folder (its hosts file): the parent removes it in stop(), but a parent killed never gets there
+        folder = Path(spec["hosts_file"]).parent
+        if folder.name.startswith("course-lab-"):
+            shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
 
     try:
