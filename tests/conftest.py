@@ -23,12 +23,3 @@ def no_aws_credentials(monkeypatch, tmp_path):
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     return monkeypatch
-
-
-#: Tests that execute whole lessons (minutes each): run first, so that a parallel run (tools/run_tests.sh) does
-#: not end with one of them alone on a worker while the other workers have nothing left.
-LONGEST_FIRST = ("tests/test_netlab_fallback.py",)
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))  # stable: the rest keep their order
