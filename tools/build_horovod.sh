@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds Horovod with Gloo for the course's TensorFlow, installs it into the given Python
-# environment, and proves it with a 2-rank allreduce.
+# Builds Horovod with Gloo (and MPI, where Open MPI is installed) for the course's TensorFlow, installs it
+# into the given Python environment, and proves it with a 2-rank allreduce (and one started by mpirun).
 #
 #   bash tools/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
 #   bash tools/build_horovod.sh PYTHON --wheel-to DIR   # only make sure the wheel exists (build it if
@@ -48,7 +48,13 @@ for d in ("tensorflow-cpu", "tensorflow", "tensorflow-macos"):
 
 tag="$("$PY" -c 'import sys, sysconfig; print(f"cp{sys.version_info[0]}{sys.version_info[1]}-" + sysconfig.get_platform().replace("-", "_").replace(".", "_"))')"
 # The build recipe: the build flags and the patch of the XLA ops' guard (a Python program).
-build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+# With Open MPI on this machine (mpicc and mpirun: tools/setup_env.sh installs them where it can), Horovod is
+# built with MPI as well as Gloo, as in AWS's images: SageMaker's MPI driver starts the ranks with mpirun.
+with_mpi=0
+command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 && with_mpi=1
+mpi_flag=HOROVOD_WITHOUT_MPI=1
+[ "$with_mpi" = 1 ] && mpi_flag=HOROVOD_WITH_MPI=1
+build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "$mpi_flag"
              HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5)
 patch_py='
 import sys
@@ -78,7 +84,7 @@ prove() {
   # Each ticked item once, with the sections that list it (Gloo is both a controller and a tensor operation).
   printf '%s\n' "$report" | awk '
     /^Available / { section = tolower($0); sub(/^available /, "", section); sub(/:.*/, "", section) }
-    /\[X\] (TensorFlow|Gloo)/ {
+    /\[X\] (TensorFlow|Gloo|MPI)/ {
       if (!($2 in where)) { order[++n] = $2; where[$2] = section } else { where[$2] = where[$2] " and " section }
     }
     END { for (i = 1; i <= n; i++) printf "[horovod]   [X] %s (%s)\n", order[i], where[order[i]] }'
@@ -95,12 +101,29 @@ print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tol
   printf '%s\n' "$out" | grep 'allreduce-check' | sed 's/^/[horovod]   /'
   [ "$(printf '%s\n' "$out" | grep -c 'sum \[3.0, 3.0, 3.0, 3.0\]')" = 2 ] \
     || die "the 2-rank allreduce returned a wrong sum (expected 3.0 on both ranks)."
-  say "OK: Horovod $version with Gloo works on 2 ranks."
+  if [ "$with_mpi" = 1 ]; then
+    printf '%s\n' "$report" | grep -q '\[X\] MPI' || die "Horovod was built without MPI although Open MPI is here."
+    # the same allreduce, its 2 ranks started by Open MPI's mpirun (as SageMaker's MPI driver starts them)
+    out="$(cd "$repo" && with_timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+      -x OMP_NUM_THREADS=1 -x TF_CPP_MIN_LOG_LEVEL=3 -x CUDA_VISIBLE_DEVICES=-1 "$PY" -c '
+import horovod.tensorflow as hvd, tensorflow as tf
+hvd.init()
+assert hvd.mpi_enabled(), "not started through MPI"
+s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)] * 4), op=hvd.Sum)
+print("mpi-allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tolist())
+' 2>&1)" || { printf '%s\n' "$out" | tail -20 >&2; die "the 2-rank allreduce under mpirun failed (output above)."; }
+    [ "$(printf '%s\n' "$out" | grep -c 'mpi-allreduce-check.*sum \[3.0, 3.0, 3.0, 3.0\]')" = 2 ] \
+      || { printf '%s\n' "$out" | tail -20 >&2; die "the 2-rank allreduce under mpirun returned a wrong sum."; }
+    printf '%s\n' "$out" | grep 'mpi-allreduce-check' | sed 's/^/[horovod]   /'
+    say "OK: Horovod $version with Gloo and MPI works on 2 ranks (horovodrun --gloo, and mpirun)."
+  else
+    say "OK: Horovod $version with Gloo works on 2 ranks (no Open MPI here: built without MPI)."
+  fi
 }
 
 if [ -z "$wheel_to" ] \
    && "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('horovod') != '$version')" 2>/dev/null \
-   && "$PY" -c 'import horovod.tensorflow' 2>/dev/null; then
+   && "$PY" -c "import sys, horovod.tensorflow as h; sys.exit(int(h.mpi_built()) != $with_mpi)" 2>/dev/null; then
   say "Horovod $version already installed for TensorFlow $tf_version."
   prove
   exit 0
@@ -122,7 +145,7 @@ fi
 if [ -n "$wheel" ]; then
   case "$wheel" in "$cache"/*) say "using the cached wheel: $wheel" ;; esac
 else
-  say "compiling Horovod $version with Gloo for TensorFlow $tf_version (2 to 5 minutes; it happens once per machine)"
+  say "compiling Horovod $version with Gloo$([ "$with_mpi" = 1 ] && echo " and MPI") for TensorFlow $tf_version (2 to 5 minutes; it happens once per machine)"
   for tool in c++ make; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' is missing. Install a C++ compiler and make:
     Debian/Ubuntu: sudo apt-get install -y g++ make

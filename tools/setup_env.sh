@@ -60,8 +60,33 @@ if [ -n "${WHEELHOUSE:-}" ]; then
   say "installing from the wheelhouse $WHEELHOUSE, with no package index"
 fi
 
+# Open MPI and OpenSSH's server: SageMaker's MPI driver starts a job's ranks with mpirun over ssh, and lesson 07
+# runs that launch for real between the network lab's hosts. Installed here only where nothing else changes: as
+# root, with apt-get, on a machine not booted with systemd (a container, CI), so that no service starts. Anywhere
+# else the command is printed, and lesson 07 starts the ranks with Horovod's own launcher instead.
+mpi_packages="openmpi-bin libopenmpi-dev openssh-server"
+have_mpi() { command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 && [ -x /usr/sbin/sshd ]; }
+if ! have_mpi; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ ! -d /run/systemd/system ]; then
+    say "installing Open MPI and OpenSSH's server with apt-get ($mpi_packages; no service is started)"
+    # shellcheck disable=SC2086  # one argument per package, on purpose
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q $mpi_packages >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $mpi_packages >/dev/null; } \
+      || say "WARNING: apt-get could not install $mpi_packages (above)"
+  fi
+  if ! have_mpi; then
+    [ -n "$require_horovod" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+      && die "Open MPI and sshd are required here (CI, root, apt-get) and could not be installed."
+    say "NOTE: Open MPI and sshd are not installed, so lesson 07 rehearses SageMaker's MPI launch with Horovod's own
+       launcher instead of mpirun over ssh. To run it for real (Debian/Ubuntu):
+         sudo apt-get install -y $mpi_packages && sudo systemctl disable --now ssh
+       (the second command stops the system sshd that the package starts), then make env again."
+  fi
+fi
+
 want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" "$repo/tools/portable.sh" \
-        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') | sha256_hex | cut -c1-16)"
+        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') <(command -v mpicc mpirun || true) \
+        | sha256_hex | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   say "environment $venv is up to date."
   bash "$repo/tools/git_filter.sh" "$repo" "$venv/bin/python"

@@ -268,6 +268,8 @@ class Lab:
         self.kind = ""
         self._holder: subprocess.Popen | None = None
         self._dir: Path | None = None
+        self._sshd: list[subprocess.Popen] = []
+        self.ssh_config: Path | None = None
 
     # -- life cycle -------------------------------------------------------------------------------------------
     def __enter__(self) -> Lab:
@@ -331,6 +333,10 @@ class Lab:
         """Stop every program on the hosts and remove the lab (namespaces, links, bridge, qdiscs)."""
         holder, self._holder = self._holder, None
         _LIVE.discard(self)
+        for daemon in self._sshd:  # the holder would stop them too: stopped first, so that none logs a lost host
+            daemon.kill()
+            daemon.wait()
+        self._sshd, self.ssh_config = [], None
         if holder is not None:
             try:
                 holder.stdin.close()  # the holder's signal to tear down
@@ -482,6 +488,124 @@ class Lab:
             commands, hosts=hosts, envs=envs, threads=threads, timeout=timeout, stream=stream, until=list(range(n))
         )
 
+    # -- ssh between hosts, and mpirun -------------------------------------------------------------------------
+    def start_sshd(self, envs: Sequence[dict[str, str]] | None = None, timeout: float = 20) -> Path:
+        """Start an sshd on port 22 of every host, as SageMaker's MPI driver does on every instance: each host with
+        a host key of its own, every host accepting one client key made for this lab (keys, configs and logs in
+        the lab's folder, gone with it). `envs[i]`: variables every ssh session on host i gets (the driver writes
+        the instance's variables to /etc/environment for the same reason). Each host gets a /run of its own (a
+        tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client configuration that reaches
+        every host by name, also kept as `self.ssh_config`; `mpirun()` passes it to Open MPI."""
+        self._need()
+        if self.ssh_config is not None:
+            return self.ssh_config
+        sshd, keygen = Path("/usr/sbin/sshd"), shutil.which("ssh-keygen")
+        if not sshd.exists() or keygen is None or shutil.which("ssh") is None:
+            raise LabError(
+                "sshd, ssh or ssh-keygen is missing: install OpenSSH (Debian/Ubuntu: sudo apt-get install -y "
+                "openssh-server openssh-client; `make env` does it as root in a container)"
+            )
+        if self.kind != "root":
+            raise LabError(
+                f"sshd needs real root to switch users; this lab was built {self.kind!r} (in a user namespace). "
+                "Run as root, or use the lab's own launchers (run, launch_horovod), which need no ssh"
+            )
+        if envs is not None and len(envs) != len(self.hosts):
+            raise ValueError(f"{len(self.hosts)} hosts need {len(self.hosts)} environments, got {len(envs)}")
+        folder = self._dir / "ssh"
+        folder.mkdir(mode=0o700)
+        client = folder / "id_ed25519"
+        for key in [client, *(folder / f"host-{h.name}" for h in self.hosts)]:
+            subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "course-lab", "-f", str(key)], check=True)
+        (folder / "authorized_keys").write_text(client.with_suffix(".pub").read_text())
+        config = folder / "config"
+        config.write_text(
+            "Host *\n"
+            f"  IdentityFile {client}\n  IdentitiesOnly yes\n  BatchMode yes\n  ConnectTimeout 5\n"
+            "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+        )
+        for i, host in enumerate(self.hosts):
+            settings = [
+                "Port 22",
+                "ListenAddress 0.0.0.0",
+                f"HostKey {folder / f'host-{host.name}'}",
+                f"AuthorizedKeysFile {folder / 'authorized_keys'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",  # the lab's folder is under /tmp, which every user may write
+                "PidFile none",
+                "PrintMotd no",
+                # one SetEnv line: sshd keeps the first value of a keyword
+                "SetEnv "
+                + " ".join(_sshd_quote(f"{k}={v}") for k, v in ((envs[i] if envs else {}) | self.host_env(i)).items()),
+            ]
+            (folder / f"sshd-{host.name}.conf").write_text("\n".join(settings) + "\n")
+            enter = self.enter(i)
+            subprocess.run(
+                [*enter, "sh", "-c", "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd"], check=True
+            )
+            log = open(folder / f"sshd-{host.name}.log", "wb")  # the daemon writes it until the lab stops
+            self._sshd.append(
+                subprocess.Popen(
+                    [*enter, str(sshd), "-D", "-e", "-f", str(folder / f"sshd-{host.name}.conf")],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+            log.close()
+        self.ssh_config = config
+        # every host reaches every other one by name (and so proves its daemon, keys and names)
+        deadline, waiting = (
+            time.monotonic() + timeout,
+            [(i, h.name) for i in range(len(self.hosts)) for h in self.hosts],
+        )
+        while waiting:
+            i, name = waiting[0]
+            done = subprocess.run([*self.enter(i), "ssh", "-F", str(config), name, "true"], capture_output=True)
+            if done.returncode == 0:
+                waiting.pop(0)
+                continue
+            dead = [h.name for h, d in zip(self.hosts, self._sshd, strict=True) if d.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "\n".join((folder / f"sshd-{n}.log").read_text(errors="replace")[-500:] for n in self.names)
+                raise LabError(
+                    f"ssh from {self.names[i]} to {name} failed ({done.stderr.decode(errors='replace').strip()}); "
+                    f"sshd logs:\n{logs}"
+                )
+            time.sleep(0.2)
+        return config
+
+    def mpirun(
+        self,
+        command: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | Path | None = None,
+        threads: int = 1,
+        timeout: float = 300,
+        stream: bool | Callable[[str], bool] = True,
+    ):
+        """Run an `mpirun ...` line on the first host (in folder `cwd`: Open MPI starts every rank there), as SageMaker's MPI driver runs it on algo-1: Open MPI starts
+        the ranks of the other hosts through their sshd (start_sshd() first). The line is run as given; the lab's
+        ssh configuration reaches Open MPI through OMPI_MCA_plm_rsh_args, as Kubeflow's MPI operator passes its
+        options. Returns utils.launch.RunResult (one worker: mpirun, its output tagged by rank)."""
+        self._need()
+        if self.ssh_config is None:
+            raise LabError("mpirun reaches the other hosts over ssh: call lab.start_sshd() first")
+        if not command or Path(command[0]).name not in ("mpirun", "mpiexec", "orterun"):
+            raise ValueError(f"not an mpirun line: {list(command)[:3]}")
+        if shutil.which(command[0]) is None:
+            raise LabError(
+                f"{command[0]} is not installed: install Open MPI (Debian/Ubuntu: sudo apt-get install -y "
+                "openmpi-bin libopenmpi-dev; `make env` does it as root in a container)"
+            )
+        extra = {"OMPI_MCA_plm_rsh_args": f"-F {self.ssh_config}", **(env or {})}
+        line = list(command) if cwd is None else ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *command]
+        return self.run([line], hosts=[0], envs=[extra], threads=threads, timeout=timeout, stream=stream)
+
     def __repr__(self) -> str:
         state = f"{len(self.hosts)} hosts up ({self.kind})" if self.hosts else "stopped"
         return f"Lab({len(self.names)} hosts, {describe_rate(self.bandwidth)}, {self.net}; {state})"
@@ -495,6 +619,11 @@ _LIVE: set[Lab] = set()
 def _stop_all() -> None:
     for lab in list(_LIVE):
         lab.stop()
+
+
+def _sshd_quote(value: str) -> str:
+    """`value` as one argument of an sshd_config line (double quotes; backslashes and quotes escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _read_line(stream: Any, timeout: float) -> str:
