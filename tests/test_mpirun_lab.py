@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sys
 import textwrap
@@ -18,49 +17,30 @@ import psutil
 import pytest
 from conftest import needs_horovod
 
-from utils import launch, netlab, rehearsal
+from utils import launch, netlab, paths, rehearsal
 
-SUPPORT = netlab.support()
-HAVE_MPI = all(shutil.which(t) for t in ("mpirun", "ssh", "ssh-keygen")) and Path("/usr/sbin/sshd").exists()
+WHY_NOT = netlab.mpi_support()
 # CI runs as root with Open MPI and sshd installed by `make env`: there these tests must run, never skip.
-needs_mpi_lab = pytest.mark.skipif(
-    os.environ.get("CI") != "true" and not (SUPPORT.kind == "root" and HAVE_MPI),
-    reason="needs the network lab as root, Open MPI and OpenSSH's server (make env installs them as root)",
-)
+needs_mpi_lab = pytest.mark.skipif(os.environ.get("CI") != "true" and bool(WHY_NOT), reason=WHY_NOT)
+
+
 HOSTS = ["algo-1", "algo-2"]
 
-CHECK = """
-import json, os, socket, sys, time
+HANG = """
+import os, time
 import horovod.tensorflow as hvd
-import tensorflow as tf
 hvd.init()
-if os.environ.get("HANG"):
-    open(os.path.join(os.environ["HANG"], f"rank-{hvd.rank()}"), "w").close()
-    time.sleep(600)
-w = tf.Variable(tf.random.stateless_normal([8, 1], seed=[hvd.rank(), 1]))  # different on every rank at first
-hvd.broadcast_variables([w], root_rank=0)
-x = tf.random.stateless_normal([16, 8], seed=[hvd.rank(), 2])  # each rank its own data
-for _ in range(3):
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_mean((x @ w - 1.0) ** 2)
-    tape = hvd.DistributedGradientTape(tape)
-    w.assign_sub(0.1 * tape.gradient(loss, [w])[0])
-# one write per line: under PYTHONUNBUFFERED, print() writes the text and its newline apart, and Open MPI may
-# forward another rank's line between the two
-sys.stdout.write("RESULT " + json.dumps({
-    "rank": hvd.rank(), "size": hvd.size(), "local_size": hvd.local_size(), "host": socket.gethostname(),
-    "sm_host": os.environ.get("SM_CURRENT_HOST"), "mpi": hvd.mpi_enabled(), "argv": sys.argv[1:],
-    "checksum": float(tf.reduce_sum(w * tf.range(1.0, 9.0)[:, None])),
-}) + "\\n")
+open(os.path.join(os.environ["HANG"], f"rank-{hvd.rank()}"), "w").close()
+time.sleep(600)
 """
 
 
-def sdk_line(extra_options: list[str]) -> list[str]:
+def sdk_line(extra_options: list[str], entry: str = "mpi_ranks.py") -> list[str]:
     """The line SDK v3's mpi_driver builds on algo-1 for 2 instances x 2 processes, run with this Python (the
     container's /opt/venv/bin/python3 is not on this machine): the only change to it."""
     line = rehearsal.driver_command(
         {"process_count_per_node": 2, "mpi_additional_options": extra_options},
-        {"entry_script": "check.py"},
+        {"entry_script": entry},
         HOSTS,
         {"steps": 3},
     )
@@ -68,8 +48,7 @@ def sdk_line(extra_options: list[str]) -> list[str]:
 
 
 @pytest.fixture
-def lab(tmp_path):
-    (tmp_path / "check.py").write_text(textwrap.dedent(CHECK))
+def lab():
     with netlab.Lab(2, "1gbit", names=HOSTS) as lab:
         lab.start_sshd(envs=[{"SM_CURRENT_HOST": h, "SM_HOSTS": json.dumps(HOSTS)} for h in HOSTS])
         yield lab
@@ -88,20 +67,20 @@ def leftovers(folder: Path, mark: str) -> list[str]:
 
 @needs_mpi_lab
 @needs_horovod
-def test_the_sdk_line_starts_P_ranks_and_the_corrected_one_H_times_P_over_ssh(lab, tmp_path):
+def test_the_sdk_line_starts_P_ranks_and_the_corrected_one_H_times_P_over_ssh(lab):
     plain = sdk_line([])
     assert plain[plain.index("-np") + 1] == "2" and "algo-1:2,algo-2:2" in plain
     algo_1 = {"SM_CURRENT_HOST": "algo-1"}  # the driver's own variables on algo-1, which mpirun inherits
-    ranks = lab.mpirun(plain, env=algo_1, cwd=tmp_path, timeout=240, stream=False).records()
+    ranks = lab.mpirun(plain, env=algo_1, cwd=paths.WORKERS, timeout=240, stream=False).records()
     assert [r["size"] for r in ranks] == [2, 2], "the driver's own line: -np 2, Open MPI starts 2 ranks"
     assert {r["host"] for r in ranks} == {"algo-1"}, "filled by slot: both ranks on algo-1, algo-2 idle"
 
-    fixed = lab.mpirun(sdk_line(["-np", "4"]), env=algo_1, cwd=tmp_path, timeout=240, stream=False).records()
+    fixed = lab.mpirun(sdk_line(["-np", "4"]), env=algo_1, cwd=paths.WORKERS, timeout=240, stream=False).records()
     assert [r["rank"] for r in fixed] == [0, 1, 2, 3] and {r["size"] for r in fixed} == {4}
     assert all(r["mpi"] for r in fixed), "Horovod's controller is MPI here, not Gloo"
     assert [r["host"] for r in fixed] == ["algo-1", "algo-1", "algo-2", "algo-2"]
     # a rank on algo-2 was started through algo-2's sshd, and sees algo-2's own variables, as on SageMaker
-    assert [r["sm_host"] for r in fixed] == [r["host"] for r in fixed]
+    assert [r["sm_current_host"] for r in fixed] == [r["host"] for r in fixed]
     assert {r["local_size"] for r in fixed} == {2} and all(r["argv"] == ["--steps", "3"] for r in fixed)
     assert len({r["checksum"] for r in fixed}) == 1, f"the ranks' weights differ: {fixed}"
 
@@ -109,7 +88,7 @@ def test_the_sdk_line_starts_P_ranks_and_the_corrected_one_H_times_P_over_ssh(la
 @needs_mpi_lab
 @needs_horovod
 def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path):
-    (tmp_path / "check.py").write_text(textwrap.dedent(CHECK))
+    (tmp_path / "hang.py").write_text(textwrap.dedent(HANG))
     started = tmp_path / "started"
     started.mkdir()
 
@@ -127,7 +106,9 @@ def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path):
         killer = threading.Thread(target=kill_mpirun_once_every_rank_runs)
         killer.start()
         with pytest.raises(launch.WorkerError) as err:
-            lab.mpirun(sdk_line(["-np", "4"]), env={"HANG": str(started)}, cwd=tmp_path, timeout=180, stream=False)
+            lab.mpirun(
+                sdk_line(["-np", "4"], "hang.py"), env={"HANG": str(started)}, cwd=tmp_path, timeout=180, stream=False
+            )
         killer.join()
         assert len(list(started.iterdir())) == 4, "every rank had started, 2 of them on algo-2 through ssh"
         assert "killed by signal SIGKILL" in err.value.reason, err.value.reason

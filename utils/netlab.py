@@ -182,6 +182,26 @@ def support() -> Support:
     )
 
 
+def mpi_support() -> str:
+    """Why `mpirun` over ssh between the lab's hosts cannot run here ('' when it can): the lab built as root (sshd
+    switches users), Open MPI and OpenSSH installed, and Horovod built with MPI."""
+    sup = support()
+    if sup.kind != "root":
+        return f"sshd needs the network lab built as root, and here it is {sup.kind!r} ({sup.reason})"
+    missing = [t for t in ("mpirun", "ssh", "ssh-keygen") if shutil.which(t) is None]
+    missing += [] if Path("/usr/sbin/sshd").exists() else ["sshd"]
+    if missing:
+        return (
+            f"{', '.join(missing)} not installed (Debian/Ubuntu: sudo apt-get install -y openmpi-bin libopenmpi-dev "
+            "openssh-server; `make env` installs them as root in a container)"
+        )
+    try:
+        from horovod.tensorflow import mpi_built
+    except ImportError:
+        return "Horovod is not installed: run `make env`"
+    return "" if mpi_built() else "Horovod was built without MPI: run `make env` again now that Open MPI is here"
+
+
 @dataclass(frozen=True)
 class Host:
     """One host of the lab: its position, name, address, and the PID of the process that holds its namespaces."""
