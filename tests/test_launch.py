@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -643,3 +644,23 @@ def test_the_frameworks_timeout_lines_are_found_and_shortened():
         "via HOROVOD_GLOO_TIMEOUT_SECONDS"
     )
     assert launch._peer_timeout("Traceback (most recent call last):\nValueError: bad shape") is None
+
+
+def test_rank_lines_reassemble_a_long_line_that_mpirun_forwarded_in_pieces():
+    """mpirun --tag-output forwards a rank's long line in pieces, each tagged, and another rank's line can come
+    between them (seen with 2 kB RESULT lines of two ranks on one host)."""
+    text = (
+        "Open MPI says something\n"
+        '[1,0]<stdout>:RESULT {"rank": 0, "x": [1,'
+        '[1,1]<stdout>:RESULT {"rank": 1, "x": [3, 4]}\n'
+        "[1,0]<stdout>:2]}\n"
+        "[1,1]<stderr>:a warning\n"
+    )
+    assert launch.rank_lines(text) == [
+        "Open MPI says something",
+        'RESULT {"rank": 0, "x": [1,2]}',
+        "a warning",
+        'RESULT {"rank": 1, "x": [3, 4]}',
+    ]
+    result = launch.RunResult(workers=[launch.WorkerResult(0, 0, Path("-"), text)], seconds=1.0, log_dir=Path("-"))
+    assert result.records() == [{"rank": 0, "x": [1, 2]}, {"rank": 1, "x": [3, 4]}]

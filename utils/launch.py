@@ -97,12 +97,39 @@ class RunResult:
         """JSON objects the workers printed on lines starting with `prefix`, in rank order."""
         found = []
         for worker in self.workers:
-            for line in worker.output.splitlines():
-                # horovodrun prefixes each rank's lines with "[rank]<stdout>:"
-                text = line.split("<stdout>:", 1)[1] if "<stdout>:" in line else line
-                if text.startswith(prefix):
-                    found.append(json.loads(text[len(prefix) :]))
+            for line in rank_lines(worker.output):
+                if line.startswith(prefix):
+                    found.append(json.loads(line[len(prefix) :]))
         return sorted(found, key=lambda r: r.get("rank", 0))
+
+
+#: The tag a launcher puts before each piece of a rank's output: "[rank]<stdout>:" (horovodrun) or
+#: "[job,rank]<stdout>:" (mpirun --tag-output).
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
+
+
+def rank_lines(text: str) -> list[str]:
+    """The lines of a launcher's output with the rank tags taken off: untagged lines as they are, then each rank's
+    stdout and stderr reassembled. mpirun forwards a long line in pieces, each tagged, and another rank's piece
+    can come between two of them (seen with 2 kB lines): a piece runs from its tag to the next tag or to the end
+    of its line."""
+    plain: list[str] = []
+    streams: dict[tuple[str, str], list[str]] = {}
+    pos, current = 0, None
+    for match in [*_RANK_TAG.finditer(text), None]:
+        piece = text[pos : match.start() if match else len(text)]
+        if current is None:
+            plain.append(piece)
+        else:
+            mine, newline, rest = piece.partition("\n")
+            streams.setdefault(current, []).append(mine + newline)
+            plain.append(rest)
+        if match:
+            current, pos = (match.group(1), match.group(2)), match.end()
+    lines = "".join(plain).splitlines()
+    for key in sorted(streams, key=lambda k: (int(k[0]), k[1])):
+        lines += "".join(streams[key]).splitlines()
+    return lines
 
 
 def thread_env(threads: int) -> dict[str, str]:
