@@ -442,6 +442,17 @@ def test_residual_efficiency_is_what_the_model_leaves_unexplained():
         cap.residual_efficiency(2.0, 1.0, 1.2, 0.1)
 
 
+def test_a_disturbed_round_does_not_stop_the_lesson_the_steadiness_check_judges_it():
+    """Round 2's one worker was slowed by another program (0.617 s against 0.407 s side by side, as seen in a
+    test run beside others): per_round still gives every round's value, and the spread of the rounds (here
+    within tolerance) and what other programs took decide whether the verdict may use them."""
+    steps = {"one worker": [0.40, 0.617], "two side by side": [0.41, 0.407], "two workers, scaled link": [0.5, 0.52]}
+    cal = cap.Calibration(steps=steps, link_bps=1e8, comm_seconds=0.05, where="on loopback")
+    assert cal.per_round() == pytest.approx([0.41 / 0.45, 0.407 / 0.47])
+    with pytest.raises(ValueError, match="disturbed"):  # a single measurement is still refused
+        cap.residual_efficiency(0.617, 0.407, 0.52, 0.05)
+
+
 def test_the_cluster_model_reproduces_its_own_calibration_point():
     """T(N) with the residual efficiency gives back, at N = 2, the two-worker step it was measured from."""
     busy, two = 0.8, 1.3

@@ -33,11 +33,7 @@ def outputs(nb) -> str:
             "03_allreduce_cost.ipynb",
             ["no lab here: the allreduces below run on loopback", "loopback (no lab here): fitted B", "no set rate"],
         ),
-        # the capstone times one worker against two side by side: a test beside it would disturb that (it refuses
-        # a round where one worker alone is far slower), so it runs with the tests that measure, alone
-        pytest.param(
-            "08_capstone.ipynb", ["measured over loopback (COURSE_NETLAB=off is set"], marks=pytest.mark.alone
-        ),
+        ("08_capstone.ipynb", ["measured over loopback (COURSE_NETLAB=off is set"]),
     ],
 )
 def test_a_lesson_without_the_lab_falls_back_to_loopback_and_says_so(monkeypatch, name, says):
