@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +34,12 @@ class Lesson:
     def solutions(self, run: bool = True) -> None:
         """Let this lesson's solution cells (%%solution) run when run again; run=False stops them again."""
         print(solutions.request(run))
+
+    @property
+    def unattended(self) -> bool:
+        """True when the course's executor runs this lesson top to bottom (make test, make site): no one is there to
+        move a slider, and ipywidgets' interact() can stall that run (jupyter/nbclient#312)."""
+        return bool(os.environ.get("COURSE_LESSON_RUN"))
 
     def elapsed(self) -> float:
         """Seconds since the set-up cell ran."""
