@@ -97,9 +97,10 @@ def test_tf_config_is_built_from_the_sagemaker_hosts():
     found = job.set_tf_config(env)
     assert found.index == 1
     assert json.loads(env["TF_CONFIG"]) == {
-        "cluster": {"worker": ["algo-1:2222", "algo-2:2223"]},
+        "cluster": {"worker": ["algo-1:2222", "algo-2:2222"]},  # each instance a machine: one port for all
         "task": {"type": "worker", "index": 1},
     }
+    # hosts that share one address (the loopback rehearsal) set MWMS_BASE_PORT: host i listens on it + i
     env = {"SM_HOSTS": '["a", "b", "c"]', "SM_CURRENT_HOST": "a", "MWMS_BASE_PORT": "40000"}
     job.set_tf_config(env)
     assert json.loads(env["TF_CONFIG"])["cluster"]["worker"] == ["a:40000", "b:40001", "c:40002"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import tarfile
@@ -25,11 +26,15 @@ BUCKET = "rehearsal-bucket"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
 IGNORE = [".env", ".git", "__pycache__", ".DS_Store", ".cache", ".ipynb_checkpoints"]
 slow = pytest.mark.slow
+#: Why an MPI job cannot run on the network lab here ('' where it can: there `where="auto"` takes the lab).
+LAB_WHY = rehearsal.placement("auto", 2, mpi=True)[1]
+# CI runs as root with Open MPI and sshd (make env installs them): there these run, never skip.
+needs_mpi_lab = pytest.mark.skipif(bool(LAB_WHY) and os.environ.get("CI") != "true", reason=LAB_WHY)
 
 #: An entry script that reports what it was given: rank, arguments, folder, channels' files, variables.
 SHOW = """
 import json, os, pathlib, sys
-rank = int(os.environ.get("HOROVOD_RANK", os.environ["SM_CURRENT_HOST_RANK"]))
+rank = int(os.environ.get("HOROVOD_RANK") or os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["SM_CURRENT_HOST_RANK"])
 channels = {c: sorted(p.name for p in pathlib.Path(os.environ["SM_CHANNEL_" + c.upper()]).iterdir())
             for c in json.loads(os.environ["SM_CHANNELS"])}
 if rank == 0:
@@ -37,9 +42,10 @@ if rank == 0:
 if "--checkpoint-dir" in sys.argv:
     folder = pathlib.Path(sys.argv[sys.argv.index("--checkpoint-dir") + 1])
     (folder / f"host-{os.environ['SM_CURRENT_HOST_RANK']}.txt").write_text("state")
-names = ("SM_", "HOROVOD_", "MWMS_", "TRAINING_", "MY_", "NCCL_")
+names = ("SM_", "HOROVOD_", "MWMS_", "TRAINING_", "MY_", "NCCL_", "OMPI_COMM_WORLD_")
 env = {k: v for k, v in os.environ.items() if k.startswith(names) or k in ("PYTHONPATH", "OMP_NUM_THREADS")}
-print("RESULT " + json.dumps({"rank": rank, "argv": sys.argv[1:], "cwd": os.getcwd(), "channels": channels, "env": env}))
+found = {"rank": rank, "argv": sys.argv[1:], "cwd": os.getcwd(), "channels": channels, "env": env}
+sys.stdout.write("RESULT " + json.dumps(found) + "\\n")  # one write: Open MPI may interleave two
 """
 
 
@@ -171,7 +177,8 @@ def tiny(s3, show_code, tmp_path_factory):
         environment={"MY_OUTPUT": "/opt/ml/output/data/extra", "MY_PLAIN": "kept"},
         sdk_drivers=True,
     )
-    return rehearsal.rehearse(request, s3, root=tmp_path_factory.mktemp("tiny"), timeout=60, stream=False)
+    root = tmp_path_factory.mktemp("tiny")
+    return rehearsal.rehearse(request, s3, root=root, timeout=60, stream=False, where="loopback")
 
 
 def test_two_instances_are_laid_out_like_opt_ml(tiny):
@@ -299,7 +306,7 @@ def test_mpi_ranks_are_laid_out_by_slot(s3, show_code, tmp_path, extra, ranks):
     request = make_request(
         s3, f"mpi-{ranks}", show_code, "show.py", count=2, hps={"epochs": 1}, distributed=distributed
     )
-    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=60, stream=False)
+    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=60, stream=False, where="loopback")
     assert done.ranks == ranks and done.planned_ranks == 4 and rehearsal.ranks_in(done.driver_command) == ranks
     assert any("2 of the 4 ranks" in n for n in done.notes) == (ranks == 2)
     records = done.records()
@@ -345,7 +352,7 @@ def test_mwms_script_on_two_instances(s3, course_code, tmp_path):
 
 @slow
 @needs_horovod
-def test_horovod_script_on_two_instances_with_gloo(s3, course_code, tmp_path):
+def test_horovod_script_on_two_instances_by_mpirun_on_the_lab_or_gloo_on_loopback(s3, course_code, tmp_path):
     request = make_request(
         s3,
         "hvd-job",
@@ -357,6 +364,7 @@ def test_horovod_script_on_two_instances_with_gloo(s3, course_code, tmp_path):
         data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
     )
     done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False)
+    assert done.where == ("loopback" if LAB_WHY else "lab"), done.why_loopback
     records = done.records()
     assert done.ranks == 2 and [r["size"] for r in records] == [2, 2]
     assert records[0]["weights_checksum"] == records[1]["weights_checksum"]
@@ -365,16 +373,20 @@ def test_horovod_script_on_two_instances_with_gloo(s3, course_code, tmp_path):
 
 @slow
 def test_spot_interruption_then_resume_loses_and_repeats_no_epoch(s3, course_code, tmp_path):
+    """A 3-instance MWMS job (on the lab where it runs) reclaimed after epoch 1 and restarted."""
     request = make_request(
         s3,
         "spot-job",
         course_code,
         "train_mwms.py",
+        count=3,
         checkpoints=True,
-        hps={"epochs": 3, "data-size": 8000, "batch-size": 16, "checkpoint-dir": "/opt/ml/checkpoints"},
+        hps={"epochs": 3, "data-size": 6000, "batch-size": 32, "checkpoint-dir": "/opt/ml/checkpoints"},
         data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
     )
     first = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False, interrupt_after_epoch=1)
+    on_lab = rehearsal.placement("auto", 3, mpi=False)[0]
+    assert first.where == ("lab" if on_lab else "loopback") and first.hosts[2] in ("algo-3", "127.0.0.3")
     assert first.interrupted and first.model_artifact is None and first.checkpoint_epoch == 1
     assert "checkpoints/spot-job/state.json" in first.checkpoint_keys
     assert first.records() == [], "the reclaim stopped it before it finished"
@@ -437,3 +449,79 @@ def test_bad_requests_get_errors_that_say_what_to_do(s3, show_code, tmp_path):
     missing = make_request(s3, "bad-entry", show_code, "train.py")
     with pytest.raises(ValueError, match=r"entry script 'train.py' .* holds \['show.py'\]"):
         rehearsal.rehearse(missing, s3, root=tmp_path)
+
+
+# ---- on the network lab: instances are hosts algo-i with their own /opt/ml, MPI jobs launched by mpirun over ssh ----
+
+
+@needs_mpi_lab
+def test_on_the_lab_instances_are_algo_hosts_with_their_own_opt_ml(s3, show_code, tmp_path):
+    for i in range(5):
+        put(s3, f"lab/shards/shard-{i}.csv", "x\n")
+    request = make_request(
+        s3,
+        "lab-job",
+        show_code,
+        "show.py",
+        count=2,
+        checkpoints=True,
+        hps={"epochs": 1, "checkpoint-dir": "/opt/ml/checkpoints"},
+        data_channels=[channel("shards", f"s3://{BUCKET}/lab/shards", "ShardedByS3Key")],
+        environment={"MY_OUTPUT": "/opt/ml/output/data/extra"},
+    )
+    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=60, stream=False, where="lab")
+    assert done.where == "lab" and done.hosts == ["algo-1", "algo-2"] and not done.why_loopback
+    for r in done.records():
+        env, i = r["env"], r["rank"]
+        assert env["SM_CURRENT_HOST"] == f"algo-{i + 1}" and json.loads(env["SM_HOSTS"]) == ["algo-1", "algo-2"]
+        assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["SM_CHANNEL_SHARDS"] == "/opt/ml/input/data/shards"
+        assert env["SM_NETWORK_INTERFACE_NAME"] == "eth0" and env["MY_OUTPUT"] == "/opt/ml/output/data/extra"
+        assert "MWMS_BASE_PORT" not in env, "each host is a machine: MWMS listens on port 2222 of every host"
+        assert r["cwd"] == env["PYTHONPATH"] == "/opt/ml/input/data/code"
+        assert r["argv"] == ["--epochs", "1", "--checkpoint-dir", "/opt/ml/checkpoints"]
+    # each host saw its own /opt/ml: its own share of the sharded channel, its own checkpoint file
+    shards = [r["channels"]["shards"] for r in done.records()]
+    assert shards == [["shard-0.csv", "shard-2.csv", "shard-4.csv"], ["shard-1.csv", "shard-3.csv"]]
+    assert [sorted(p.name for p in (f / "checkpoints").iterdir()) for f in done.instances] == [
+        ["host-0.txt"],
+        ["host-1.txt"],
+    ]
+    assert done.checkpoint_keys == ["checkpoints/lab-job/host-0.txt", "checkpoints/lab-job/host-1.txt"]
+    assert not Path("/opt/ml").exists() or Path("/opt/ml").is_dir(), "nothing was made on this machine"
+
+
+@needs_mpi_lab
+@pytest.mark.parametrize("extra, ranks", [([], 2), (["-np", "4"], 4)])
+def test_on_the_lab_the_drivers_mpirun_line_runs_over_ssh(s3, show_code, tmp_path, extra, ranks):
+    """The driver's own line, run by Open MPI on algo-1: v3's -np 2 starts two ranks on algo-1; -np 4 starts
+    four, two of them on algo-2 through its sshd, each rank in its own instance's environment."""
+    distributed = {"process_count_per_node": 2, "mpi_additional_options": ["-x", "HOROVOD_CYCLE_TIME=0.1", *extra]}
+    request = make_request(
+        s3, f"lab-mpi-{ranks}", show_code, "show.py", count=2, hps={"epochs": 1}, distributed=distributed
+    )
+    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=120, stream=False, where="lab")
+    assert done.where == "lab" and done.commands == [done.driver_command] and done.driver_command[0] == "mpirun"
+    assert done.ranks == ranks and done.planned_ranks == 4
+    records = done.records()
+    assert [r["rank"] for r in records] == list(range(ranks))
+    for r in records:
+        env, instance = r["env"], r["rank"] // 2
+        assert env["OMPI_COMM_WORLD_SIZE"] == str(ranks) and env["SM_CURRENT_HOST"] == f"algo-{instance + 1}"
+        assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["HOROVOD_CYCLE_TIME"] == "0.1"  # -x forwarded
+        assert r["cwd"] == "/opt/ml/input/data/code" and r["argv"] == ["--epochs", "1"]
+
+
+@needs_mpi_lab
+def test_on_the_lab_a_line_with_more_ranks_than_slots_gets_the_clear_error(s3, show_code, tmp_path):
+    distributed = {"process_count_per_node": 1, "mpi_additional_options": ["-np", "3"]}
+    request = make_request(s3, "lab-too-many", show_code, "show.py", count=2, distributed=distributed)
+    with pytest.raises(ValueError, match="asks for 3 ranks .* offers 2 slots"):
+        rehearsal.rehearse(request, s3, root=tmp_path, timeout=60, stream=False, where="lab")
+
+
+def test_where_is_checked_and_loopback_says_why():
+    with pytest.raises(ValueError, match="where must be 'auto', 'lab' or 'loopback'"):
+        rehearsal.placement("cloud", 2, mpi=False)
+    assert rehearsal.placement("loopback", 2, mpi=False) == (False, "where='loopback' was asked for")
+    on_lab, why = rehearsal.placement("auto", 17, mpi=False)
+    assert not on_lab and "more than the lab's 16 hosts" in why

@@ -136,14 +136,18 @@ def cluster(env: Mapping[str, str] | None = None) -> Cluster | None:
     return Cluster(hosts=hosts, current_host=current)
 
 
-#: Port of host i's tf.distribute server in a job: MWMS_BASE_PORT + i (override with the variable of that name).
-MWMS_BASE_PORT = 2222
+#: Port of every host's tf.distribute server in a job: each instance is a machine of its own, so all listen on the
+#: same port (as TFJob's pods do). Where the hosts share one address (the loopback rehearsal), the variable
+#: MWMS_BASE_PORT is set, and host i listens on MWMS_BASE_PORT + i.
+MWMS_PORT = 2222
 
 
-def tf_config_from_cluster(found: Cluster, base_port: int = MWMS_BASE_PORT) -> dict:
-    """The TF_CONFIG of this host in a MultiWorkerMirroredStrategy cluster of the job's hosts."""
+def tf_config_from_cluster(found: Cluster, base_port: int | None = None) -> dict:
+    """The TF_CONFIG of this host in a MultiWorkerMirroredStrategy cluster of the job's hosts: port MWMS_PORT on
+    every host, or base_port + i on host i (hosts that share an address)."""
+    ports = [MWMS_PORT] * len(found.hosts) if base_port is None else [base_port + i for i in range(len(found.hosts))]
     return {
-        "cluster": {"worker": [f"{host}:{base_port + i}" for i, host in enumerate(found.hosts)]},
+        "cluster": {"worker": [f"{host}:{port}" for host, port in zip(found.hosts, ports, strict=True)]},
         "task": {"type": "worker", "index": found.index},
     }
 
@@ -166,6 +170,6 @@ def set_tf_config(env: MutableMapping[str, str] | None = None) -> Cluster:
     found = cluster(env)
     if found is None:  # one worker on its own: the strategy needs no TF_CONFIG
         return Cluster(hosts=["localhost"], current_host="localhost")
-    base = int(env.get("MWMS_BASE_PORT", MWMS_BASE_PORT))
+    base = int(env["MWMS_BASE_PORT"]) if env.get("MWMS_BASE_PORT") else None
     env["TF_CONFIG"] = json.dumps(tf_config_from_cluster(found, base))
     return found

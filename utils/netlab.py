@@ -403,9 +403,12 @@ class Lab:
         timeout: float = 300,
         stream: bool | Callable[[str], bool] = True,
         until: Sequence[int] | None = None,
+        run_id: str | None = None,
+        log_dir: Path | None = None,
     ):
         """Run commands[i] on host hosts[i] (default: command i on host i) through the course's launcher:
-        bounded by `timeout`, every process stopped if one fails. Returns utils.launch.RunResult."""
+        bounded by `timeout`, every process stopped if one fails (`run_id` marks them all: launch.kill_run
+        stops them). Returns utils.launch.RunResult."""
         import uuid
 
         from utils import launch
@@ -414,13 +417,15 @@ class Lab:
         hosts = list(range(len(commands))) if hosts is None else list(hosts)
         if len(hosts) != len(commands):
             raise ValueError(f"{len(commands)} commands need {len(commands)} hosts, got {hosts}")
-        run_id = uuid.uuid4().hex
+        run_id = run_id or uuid.uuid4().hex
         full, all_envs = [], []
         for k, (cmd, h) in enumerate(zip(commands, hosts, strict=True)):
             env = launch._base_env(threads, run_id, {**self.host_env(h), **(envs[k] if envs else {})})
             full.append([*self.enter(h), *map(str, cmd)])
             all_envs.append(env)
-        return launch.run_workers(full, all_envs, timeout=timeout, run_id=run_id, stream=stream, until=until)
+        return launch.run_workers(
+            full, all_envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream, until=until
+        )
 
     def measure(self, seconds: float = 1.0, timeout: float = 60) -> list[LinkMeasurement]:
         """Every host sends to the next one in a ring for `seconds` (TCP), as a ring allreduce does: what each
@@ -507,6 +512,35 @@ class Lab:
         return self.run(
             commands, hosts=hosts, envs=envs, threads=threads, timeout=timeout, stream=stream, until=list(range(n))
         )
+
+    def mount(self, index: int, source: str | Path, target: str) -> None:
+        """Show the folder `source` at `target` on host `index` only (a bind mount in that host's own mount
+        namespace), as each SageMaker instance has its own /opt/ml. Where `target` does not exist, its parent
+        folder is first covered by an overlay whose changes live in a tmpfs of that host: nothing is created on
+        this machine, and the parent's own contents stay visible."""
+        self._need()
+        source = Path(source).resolve()
+        if not source.is_dir():
+            raise ValueError(f"{source} is not a folder: a host can only be shown a folder")
+        if not target.startswith("/") or target == "/":
+            raise ValueError(f"target must be an absolute path below /, got {target!r}")
+        scratch = self._dir / f"mount-{index}-{len(list(self._dir.glob(f'mount-{index}-*')))}"
+        scratch.mkdir()
+        script = (
+            'set -e; src="$0"; dst="$1"; scratch="$2"; parent="$(dirname "$dst")"\n'
+            'if [ ! -d "$dst" ]; then\n'
+            '  [ -d "$parent" ] || { echo "$parent does not exist here, so $dst cannot be made" >&2; exit 3; }\n'
+            '  mount -t tmpfs tmpfs "$scratch" && mkdir "$scratch/upper" "$scratch/work"\n'
+            '  mount -t overlay overlay -o "lowerdir=$parent,upperdir=$scratch/upper,workdir=$scratch/work" "$parent"\n'
+            '  mkdir "$dst"\n'
+            "fi\n"
+            'mount --bind "$src" "$dst"\n'
+        )
+        done = subprocess.run(
+            [*self.enter(index), "sh", "-c", script, str(source), target, str(scratch)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise LabError(f"could not show {source} at {target} on {self.names[index]}: {done.stderr.strip()}")
 
     # -- ssh between hosts, and mpirun -------------------------------------------------------------------------
     def start_sshd(self, envs: Sequence[dict[str, str]] | None = None, timeout: float = 20) -> Path:
@@ -607,6 +641,8 @@ class Lab:
         threads: int = 1,
         timeout: float = 300,
         stream: bool | Callable[[str], bool] = True,
+        run_id: str | None = None,
+        log_dir: Path | None = None,
     ):
         """Run an `mpirun ...` line on the first host (in folder `cwd`: Open MPI starts every rank there), as SageMaker's MPI driver runs it on algo-1: Open MPI starts
         the ranks of the other hosts through their sshd (start_sshd() first). The line is run as given; the lab's
@@ -624,7 +660,16 @@ class Lab:
             )
         extra = {"OMPI_MCA_plm_rsh_args": f"-F {self.ssh_config}", **(env or {})}
         line = list(command) if cwd is None else ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *command]
-        return self.run([line], hosts=[0], envs=[extra], threads=threads, timeout=timeout, stream=stream)
+        return self.run(
+            [line],
+            hosts=[0],
+            envs=[extra],
+            threads=threads,
+            timeout=timeout,
+            stream=stream,
+            run_id=run_id,
+            log_dir=log_dir,
+        )
 
     def __repr__(self) -> str:
         state = f"{len(self.hosts)} hosts up ({self.kind})" if self.hosts else "stopped"

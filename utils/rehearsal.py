@@ -1,4 +1,4 @@
-"""Rehearse a SageMaker training job on this machine: SageMaker's part is played without Docker or root.
+"""Rehearse a SageMaker training job on this machine: SageMaker's part is played without Docker.
 
 `rehearse(request, s3, root=...)` takes the exact CreateTrainingJob request (the PascalCase dict boto3
 sends, SAGEMAKER_NOTES §2) and an S3 client (moto's in the course) and does what SageMaker and SDK v3's
@@ -7,20 +7,25 @@ sends, SAGEMAKER_NOTES §2) and an S3 client (moto's in the course) and does wha
 then model.tar.gz and the checkpoints to S3. A mistake that would cost a job on AWS (a module missing from
 the code channel, a wrong channel prefix, v3's `-np` bug) shows up here in seconds.
 
-What differs from a real job, and why:
-- Paths: the instances cannot write /opt/ml (no container, no root), so every value that starts with
-  /opt/ml is mapped to the instance's folder root/<job>/algo-i/: hyperparameters, the request's
-  Environment, CheckpointConfig.LocalPath and the SDK drivers' own constants.
-- Host names: so that instances reach each other over loopback without /etc/hosts, instance i goes by
-  127.0.0.<i> in resourceconfig.json, SM_HOSTS and SM_CURRENT_HOST (Linux routes 127/8 to `lo`; the names
-  sort as algo-1, algo-10, algo-2 do), and the network interface is `lo`. Where 127.0.0.2 cannot be bound
-  (macOS) every instance is 127.0.0.1, and a script cannot find itself in SM_HOSTS. Folders stay algo-i.
-  MWMS_BASE_PORT is set to free ports.
-- SM_* come from the SDK's own scripts/environment.py, run in a child process with its /opt/ml constants
-  redirected, read back from the sm_training.env it writes (as sm_train.sh sources it). Commands come from
-  the SDK's own basic_script_driver/mpi_driver `main()`, with sshd, ssh and /etc/environment replaced by
-  no-ops. There is no mpirun: the ranks its line starts (the last `-np` wins, as in Open MPI) run the
-  entry script directly (no `-m mpi4py`) under Horovod's Gloo controller, laid out by slot.
+Where it runs (`where`, see placement()):
+- On the network lab (utils.netlab; Linux, as root for MPI jobs): instance i is the lab's host `algo-i`,
+  with its own address, interface `eth0` and host name, and its folder root/<job>/algo-i mounted at /opt/ml
+  on that host only. The SDK's environment.py and driver run inside the host, unchanged; paths stay as the
+  request gives them; MWMS workers all listen on port 2222 of their own host. An MPI job's `mpirun` line,
+  built by the SDK's own mpi_driver, runs on algo-1 with real Open MPI: every host runs sshd with keys made
+  for the job (the driver's own sshd and ssh checks are replaced), and each ssh session gets its instance's
+  variables (the driver writes them to /etc/environment on a real instance).
+- On loopback (the stand-in, where the lab cannot run; the result says why): the instances cannot write
+  /opt/ml, so every value that starts with /opt/ml is mapped to the instance's folder (hyperparameters, the
+  request's Environment, CheckpointConfig.LocalPath and the SDK drivers' own constants); instance i goes by
+  127.0.0.<i> in resourceconfig.json, SM_HOSTS and SM_CURRENT_HOST (Linux routes 127/8 to `lo`; where
+  127.0.0.2 cannot be bound, as on macOS, every instance is 127.0.0.1), the interface is `lo`, and
+  MWMS_BASE_PORT gives each MWMS worker a port of its own. There is no mpirun: the ranks its line starts
+  (the last `-np` wins, as in Open MPI) run the entry script directly under Horovod's Gloo controller.
+
+Either way:
+- SM_* come from the SDK's own scripts/environment.py, read back from the sm_training.env it writes (as
+  sm_train.sh sources it); commands from the SDK's own basic_script_driver/mpi_driver `main()`.
 - Each process runs with this Python in its instance's code folder, PYTHONPATH = that folder only: as in
   the container, the course repository is not importable, so a module missing from the code channel fails
   here too. `requirements` are not installed; Pipe mode is refused; FastFile is rehearsed as File.
@@ -29,6 +34,7 @@ What differs from a real job, and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -48,7 +54,7 @@ from typing import Any
 
 import portpicker
 
-from utils import launch
+from utils import launch, netlab
 
 OPT_ML = "/opt/ml"
 GROUP = "homogeneousCluster"
@@ -124,6 +130,8 @@ class Rehearsal:
     log_dir: Path
     checkpoint_epoch: int | None = None  # the chief's last complete checkpoint when interrupted
     notes: list[str] = field(default_factory=list)
+    where: str = "loopback"  # "lab": instances were hosts algo-i of the network lab; "loopback": 127.0.0.i
+    why_loopback: str = ""  # why the job could not run on the lab here (empty on the lab)
 
     def records(self) -> list[dict[str, Any]]:
         """The `RESULT {json}` lines the course's scripts printed, in rank order."""
@@ -226,9 +234,10 @@ def _driver(distributed: Mapping[str, Any]) -> str:
     raise ValueError(f"distributed.json {dict(distributed)} is Torchrun or a custom driver: only MPI() is rehearsed")
 
 
-def _sdk(task: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
-    """Run the SDK's driver code in a child process (see _BOOT) and return what it printed."""
-    cmd = [sys.executable, "-c", _BOOT, json.dumps(task)]
+def _sdk(task: dict[str, Any], env: Mapping[str, str], enter: Sequence[str] = ()) -> dict[str, Any]:
+    """Run the SDK's driver code in a child process (see _BOOT; on a lab host: after `enter`) and return what it
+    printed."""
+    cmd = [*enter, sys.executable, "-c", _BOOT, json.dumps(task)]
     done = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
     found = [line for line in done.stdout.splitlines() if line.startswith("SDK-RESULT ")]
     if done.returncode != 0 or not found:
@@ -325,15 +334,19 @@ def _check(request: Mapping[str, Any], interrupt: int | None, resume: bool) -> i
     return count
 
 
-def _lay_out(s3: Any, folder: Path, hosts: list[str], i: int, request: Mapping[str, Any], channels: list[dict]) -> None:
-    """Instance i's /opt/ml: config JSONs as SageMaker writes them, its channels' data, empty output folders."""
+def _lay_out(
+    s3: Any, folder: Path, hosts: list[str], i: int, request: Mapping[str, Any], channels: list[dict], on_lab: bool
+) -> None:
+    """Instance i's /opt/ml: config JSONs as SageMaker writes them, its channels' data, empty output folders.
+    On the lab the folder is the host's own /opt/ml and paths stay as the request gives them; on loopback,
+    paths under /opt/ml are mapped to the folder."""
     config, kind = folder / "input" / "config", request["ResourceConfig"].get("InstanceType", "ml.c5.xlarge")
     for sub in (config, folder / "model", folder / "output" / "data"):
         sub.mkdir(parents=True, exist_ok=True)
-    hps = {k: map_path(str(v), folder) for k, v in (request.get("HyperParameters") or {}).items()}
+    hps = {k: str(v) if on_lab else map_path(str(v), folder) for k, v in (request.get("HyperParameters") or {}).items()}
     group = {"instance_group_name": GROUP, "instance_type": kind, "hosts": hosts}
     resource = {"current_host": hosts[i], "current_instance_type": kind, "current_group_name": GROUP}
-    resource |= {"hosts": hosts, "instance_groups": [group], "network_interface_name": "lo"}
+    resource |= {"hosts": hosts, "instance_groups": [group], "network_interface_name": "eth0" if on_lab else "lo"}
     (config / "hyperparameters.json").write_text(json.dumps(hps))
     (config / "resourceconfig.json").write_text(json.dumps(resource))
     (config / "inputdataconfig.json").write_text(json.dumps({c["name"]: c["config"] for c in channels}))
@@ -430,6 +443,37 @@ def _upload_model(s3: Any, request: Mapping[str, Any], model_dir: Path, dest: Pa
     return f"s3://{bucket}/{key}"
 
 
+def _uploaded_json(s3: Any, channel: Mapping[str, Any], name: str) -> dict:
+    """The JSON file `name` at the root of a channel's S3 prefix ({} when it is absent or empty)."""
+    bucket, prefix = _split(channel["uri"])
+    for key in channel["keys"]:
+        if key[len(prefix) :].lstrip("/") == name:
+            return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read() or b"{}") or {}
+    return {}
+
+
+def placement(where: str, count: int, mpi: bool) -> tuple[bool, str]:
+    """Whether a job of `count` instances runs on the network lab's hosts (and why not, where it cannot):
+    where='auto' takes the lab when it can run the job as SageMaker does (for an MPI job: real mpirun over ssh,
+    netlab.mpi_support), 'lab' insists on it, 'loopback' runs the stand-in on 127.0.0.i."""
+    if where not in ("auto", "lab", "loopback"):
+        raise ValueError(f"where must be 'auto', 'lab' or 'loopback', got {where!r}")
+    if where == "loopback":
+        return False, "where='loopback' was asked for"
+    sup = netlab.support()
+    if count > netlab.MAX_HOSTS:
+        why = f"{count} instances are more than the lab's {netlab.MAX_HOSTS} hosts"
+    else:
+        why = netlab.mpi_support() if mpi else ("" if sup.available else f"no network lab here: {sup.reason}")
+    if why and where == "lab":
+        raise netlab.LabError(f"this job cannot be rehearsed on the network lab here: {why}")
+    return not why, why
+
+
+#: Variables an instance's ssh sessions do not take from its environment (sshd and the session set their own).
+_SESSION_OWN = {"HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "MAIL", "_", "SHLVL"}
+
+
 def rehearse(
     request: dict,
     s3: Any,
@@ -441,6 +485,8 @@ def rehearse(
     interrupt_after_epoch: int | None = None,
     resume: bool = False,
     launch_job: bool = True,
+    where: str = "auto",
+    bandwidth: str | float | None = None,
 ) -> Rehearsal:
     """Play SageMaker's part of the job `request` on this machine (see the module's docstring).
 
@@ -452,10 +498,10 @@ def rehearse(
         With `resume=True` (a restarted job), everything under CheckpointConfig.S3Uri is first downloaded into
         every instance's checkpoint folder. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
         `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
+        `where` (see placement): on the lab, instance i is host algo-i with the folder as its own /opt/ml, links
+        shaped to `bandwidth` (None: unshaped), and an MPI job's mpirun line is run by Open MPI over ssh.
     """
     count = _check(request, interrupt_after_epoch, resume)
-    if interrupt_after_epoch is not None:
-        from utils.checkpoint import latest  # imports Keras: only rehearsals that interrupt need it
     channels, job, ckpt = _channels(request), request["TrainingJobName"], request.get("CheckpointConfig")
     for c in channels:
         c["keys"] = _keys(s3, c["uri"])
@@ -464,19 +510,40 @@ def rehearse(
                 f"channel {c['name']!r}: no object under {c['uri']}: upload its data there, or fix its S3Uri"
             )
     ckpt_uri = ckpt["S3Uri"].rstrip("/") + "/" if ckpt else ""
-    hosts, job_dir = host_names(count), Path(root) / job
+    drivers_channel = next(c for c in channels if c["name"] == "sm_drivers")
+    mpi = _driver(_uploaded_json(s3, drivers_channel, "distributed.json")) == "mpi_driver.py"
+    on_lab, why_loopback = placement(where, count, mpi)
+    hosts = [f"algo-{i}" for i in range(1, count + 1)] if on_lab else host_names(count)
+    job_dir = Path(root) / job
     folders = [job_dir / f"algo-{i}" for i in range(1, count + 1)]
     codes = [f / "input" / "data" / "code" for f in folders]
     ckpt_dirs = [Path(map_path((ckpt or {}).get("LocalPath", OPT_ML + "/checkpoints"), f)) for f in folders]
     for i, folder in enumerate(folders):
         shutil.rmtree(folder, ignore_errors=True)  # a new instance keeps nothing of an earlier attempt
-        _lay_out(s3, folder, hosts, i, request, channels)
+        _lay_out(s3, folder, hosts, i, request, channels, on_lab)
         ckpt_dirs[i].mkdir(parents=True, exist_ok=True)
         if resume:
             _download(s3, ckpt_uri, _keys(s3, ckpt_uri), ckpt_dirs[i])
 
     if not launch_job:
-        return Rehearsal(job, hosts, folders, [], [], 0, count, 0.0, False, None, [], [], None, job_dir)
+        return Rehearsal(
+            job,
+            hosts,
+            folders,
+            [],
+            [],
+            0,
+            count,
+            0.0,
+            False,
+            None,
+            [],
+            [],
+            None,
+            job_dir,
+            where="lab" if on_lab else "loopback",
+            why_loopback=why_loopback,
+        )
 
     sm_drivers = folders[0] / "input" / "data" / "sm_drivers"
     sourcecode, distributed = (
@@ -495,48 +562,136 @@ def rehearse(
     driver = _driver(distributed)
     notes = ["requirements are not installed by a rehearsal"] if sourcecode.get("requirements") else []
 
-    # Every instance's SM_* and its driver's command (mpi_driver's runs on algo-1 only), by the SDK's own code.
-    drivers = sm_drivers if (sm_drivers / "scripts" / "environment.py").is_file() else drivers_dir()
-    port = next(p for p in launch.free_ports(20) if all(portpicker.is_port_free(p + i) for i in range(1, count)))
-    extra = {"TRAINING_JOB_NAME": job, "MWMS_BASE_PORT": str(port)}  # host i of an MWMS job listens on port + i
+    # Every instance's SM_* and its driver's command (mpi_driver's runs on algo-1 only), by the SDK's own code:
+    # on the lab inside each host, whose /opt/ml is its own; on loopback with /opt/ml redirected to its folder.
+    lab, stack = None, contextlib.ExitStack()
+    try:
+        if on_lab:
+            lab = stack.enter_context(netlab.Lab(count, bandwidth, names=hosts))
+        return _run(
+            request,
+            s3,
+            lab,
+            hosts,
+            folders,
+            codes,
+            ckpt_dirs,
+            ckpt,
+            ckpt_uri,
+            sm_drivers,
+            distributed,
+            driver,
+            notes,
+            job,
+            job_dir,
+            threads,
+            timeout,
+            stream,
+            interrupt_after_epoch,
+            why_loopback,
+        )
+    except netlab.LabError as exc:
+        raise netlab.LabError(f"{exc}\n(rehearse(..., where='loopback') runs the job on loopback instead)") from exc
+    finally:
+        stack.close()  # the lab's hosts, sshd, keys and mounts go with it
+
+
+def _run(
+    request,
+    s3,
+    lab,
+    hosts,
+    folders,
+    codes,
+    ckpt_dirs,
+    ckpt,
+    ckpt_uri,
+    sm_drivers,
+    distributed,
+    driver,
+    notes,
+    job,
+    job_dir,
+    threads,
+    timeout,
+    stream,
+    interrupt_after_epoch,
+    why_loopback,
+) -> Rehearsal:
+    """The part of rehearse() that starts the job's processes, on the lab (`lab`) or on loopback (None)."""
+    count, mpi = len(folders), driver == "mpi_driver.py"
+    own_drivers = (sm_drivers / "scripts" / "environment.py").is_file()
+    extra = {"TRAINING_JOB_NAME": job}
+    if lab is None:  # hosts share 127.0.0.x: host i of an MWMS job listens on MWMS_BASE_PORT + i
+        port = next(p for p in launch.free_ports(20) if all(portpicker.is_port_free(p + i) for i in range(1, count)))
+        extra["MWMS_BASE_PORT"] = str(port)
     sm_envs, commands = [], []
     for i, folder in enumerate(folders):
-        task = {"drivers": str(drivers), "instance": str(folder), "master": hosts[0]}
-        out = _sdk(task | ({"driver": driver} if i == 0 or driver != "mpi_driver.py" else {}), extra)
+        if lab is not None:
+            lab.mount(i, folder, OPT_ML)
+        inst = OPT_ML if lab is not None else str(folder)
+        drivers = f"{inst}/input/data/sm_drivers" if own_drivers else str(drivers_dir())
+        task = {"drivers": drivers, "instance": inst, "master": hosts[0], "unset": list(NOT_IN_CONTAINER)}
+        task |= {"driver": driver} if i == 0 or not mpi else {}
+        out = _sdk(task, extra, enter=lab.enter(i) if lab is not None else ())
         sm_envs.append(out["env"])
         commands.append(out.get("command", []))
     run_id = uuid.uuid4().hex
     base, envs = launch._base_env(threads, run_id, None), []
+    code_dirs = [f"{OPT_ML}/input/data/code" if lab is not None else str(c) for c in codes]
     for i, folder in enumerate(folders):  # the container's variables, the request's Environment, then sm_training.env
-        own = {k: map_path(str(v), folder) for k, v in (request.get("Environment") or {}).items()}
-        envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": str(codes[i])})
-    procs, planned, server = [(i, commands[i], envs[i]) for i in range(count)], count, None
-    if driver == "mpi_driver.py":
+        own = {
+            k: str(v) if lab is not None else map_path(str(v), folder)
+            for k, v in (request.get("Environment") or {}).items()
+        }
+        envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": code_dirs[i]})
+    planned, server = count, None
+    if mpi:
         gpus = int(sm_envs[0].get("SM_NUM_GPUS") or 0) or int(sm_envs[0].get("SM_NUM_NEURONS") or 0)
         planned = count * (int(distributed.get("process_count_per_node") or 0) or gpus or 1)  # get_process_count
+        layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
+    if mpi and lab is not None:
+        procs, started = [(0, commands[0], envs[0])], len(layout)  # one process: mpirun on algo-1
+    elif mpi:
         procs, server = _gloo_ranks(commands[0], hosts, envs)
-    if len(procs) < planned:
+        started = len(procs)
+    else:
+        procs, started = [(i, commands[i], envs[i]) for i in range(count)], count
+    if started < planned:
         notes.append(
-            f"the driver's line starts {len(procs)} of the {planned} ranks the job asks for (v3's mpi_driver "
+            f"the driver's line starts {started} of the {planned} ranks the job asks for (v3's mpi_driver "
             "passes -np process_count_per_node; add -np H*P to mpi_additional_options)"
         )
     for note in notes:
         print(f"[rehearsal] {note}", flush=True)
 
-    # run_workers has no working folder: sh enters the instance's code folder, then becomes the process.
-    wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(codes[i]), *cmd] for i, cmd, _ in procs]
     log_dir = job_dir / "logs" / f"attempt-{1 + len(list((job_dir / 'logs').glob('attempt-*')))}"
     stop, fired, watcher = threading.Event(), [], None
     if interrupt_after_epoch is not None:
+        from utils.checkpoint import latest  # imports Keras: only rehearsals that interrupt need it
+
         args = (latest, ckpt_dirs[0], interrupt_after_epoch, run_id, stop, fired)
         watcher = threading.Thread(target=_reclaim, args=args, name="spot-reclaim", daemon=True)
         watcher.start()
     limit = min(timeout, request["StoppingCondition"].get("MaxRuntimeInSeconds", timeout))
     start, run, failure = time.monotonic(), None, None
+    common = {"timeout": limit, "run_id": run_id, "log_dir": log_dir, "stream": stream}
     try:
-        run = launch.run_workers(
-            wrapped, [e for _, _, e in procs], timeout=limit, run_id=run_id, log_dir=log_dir, stream=stream
-        )
+        if mpi and lab is not None:
+            # Each ssh session gets its instance's variables, as the driver's /etc/environment gives them; every
+            # printed line is one write (no PYTHONUNBUFFERED), so that Open MPI never splits a line between ranks.
+            whole = {"PYTHONUNBUFFERED": ""}
+            lab.start_sshd(
+                envs=[{k: v for k, v in e.items() if k not in _SESSION_OWN and "\n" not in v} | whole for e in envs]
+            )
+            run = lab.mpirun(commands[0], env=envs[0] | whole, cwd=code_dirs[0], threads=threads, **common)
+        elif lab is not None:
+            wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
+            run = lab.run(wrapped, envs=[e for _, _, e in procs], threads=threads, **common)
+        else:
+            # run_workers has no working folder: sh enters the instance's code folder, then becomes the process.
+            wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
+            run = launch.run_workers(wrapped, [e for _, _, e in procs], **common)
     except launch.WorkerError as exc:
         failure = exc
     finally:
@@ -557,7 +712,7 @@ def rehearse(
         instances=folders,
         commands=[list(c) for _, c, _ in procs],
         driver_command=commands[0],
-        ranks=len(procs),
+        ranks=started,
         planned_ranks=planned,
         seconds=seconds,
         interrupted=interrupted,
@@ -568,4 +723,6 @@ def rehearse(
         log_dir=log_dir,
         checkpoint_epoch=fired[0] if fired else None,
         notes=notes,
+        where="lab" if lab is not None else "loopback",
+        why_loopback=why_loopback,
     )
