@@ -309,7 +309,9 @@ def test_a_hosts_downlink_is_shaped_too():
     with netlab.Lab(3, "100mbit") as lab:
         result = lab.run([[sys.executable, "-c", INCAST]] * 3, stream=False, timeout=60)
     rate = float(result.workers[0].output.split("RATE")[1])
-    assert 0.8 * 100e6 < rate < 1.05 * 100e6, f"{rate:.3g} bit/s into a 100 Mbit/s downlink"
+    # The claim is the upper bound. Two senders into one shaped queue lose some goodput (incast): alone on this
+    # 2-core machine the test measured 78.5, 86.8 and 93.2 Mbit/s; the lower bound only catches a starved link.
+    assert 0.7 * 100e6 < rate < 1.05 * 100e6, f"{rate:.3g} bit/s into a 100 Mbit/s downlink"
 
 
 @needs_lab
