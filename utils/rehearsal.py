@@ -564,165 +564,123 @@ def rehearse(
 
     # Every instance's SM_* and its driver's command (mpi_driver's runs on algo-1 only), by the SDK's own code:
     # on the lab inside each host, whose /opt/ml is its own; on loopback with /opt/ml redirected to its folder.
-    lab, stack = None, contextlib.ExitStack()
     try:
-        if on_lab:
-            lab = stack.enter_context(netlab.Lab(count, bandwidth, names=hosts))
-        return _run(
-            request,
-            s3,
-            lab,
-            hosts,
-            folders,
-            codes,
-            ckpt_dirs,
-            ckpt,
-            ckpt_uri,
-            sm_drivers,
-            distributed,
-            driver,
-            notes,
-            job,
-            job_dir,
-            threads,
-            timeout,
-            stream,
-            interrupt_after_epoch,
-            why_loopback,
-        )
+        with contextlib.ExitStack() as stack:  # the lab's hosts, sshd, keys and mounts go with it
+            lab = stack.enter_context(netlab.Lab(count, bandwidth, names=hosts)) if on_lab else None
+            own_drivers = (sm_drivers / "scripts" / "environment.py").is_file()
+            extra = {"TRAINING_JOB_NAME": job}
+            if lab is None:  # hosts share 127.0.0.x: host i of an MWMS job listens on MWMS_BASE_PORT + i
+                port = next(
+                    p for p in launch.free_ports(20) if all(portpicker.is_port_free(p + i) for i in range(1, count))
+                )
+                extra["MWMS_BASE_PORT"] = str(port)
+            sm_envs, commands = [], []
+            for i, folder in enumerate(folders):
+                if lab is not None:
+                    lab.mount(i, folder, OPT_ML)
+                inst = OPT_ML if lab is not None else str(folder)
+                drivers = f"{inst}/input/data/sm_drivers" if own_drivers else str(drivers_dir())
+                task = {"drivers": drivers, "instance": inst, "master": hosts[0], "unset": list(NOT_IN_CONTAINER)}
+                task |= {"driver": driver} if i == 0 or not mpi else {}
+                out = _sdk(task, extra, enter=lab.enter(i) if lab is not None else ())
+                sm_envs.append(out["env"])
+                commands.append(out.get("command", []))
+            run_id = uuid.uuid4().hex
+            base, envs = launch._base_env(threads, run_id, None), []
+            code_dirs = [f"{OPT_ML}/input/data/code" if lab is not None else str(c) for c in codes]
+            for i, folder in enumerate(
+                folders
+            ):  # the container's variables, the request's Environment, then sm_training.env
+                own = {
+                    k: str(v) if lab is not None else map_path(str(v), folder)
+                    for k, v in (request.get("Environment") or {}).items()
+                }
+                envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": code_dirs[i]})
+            planned, server = count, None
+            if mpi:
+                gpus = int(sm_envs[0].get("SM_NUM_GPUS") or 0) or int(sm_envs[0].get("SM_NUM_NEURONS") or 0)
+                planned = count * (
+                    int(distributed.get("process_count_per_node") or 0) or gpus or 1
+                )  # get_process_count
+                layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
+            if mpi and lab is not None:
+                procs, started = [(0, commands[0], envs[0])], len(layout)  # one process: mpirun on algo-1
+            elif mpi:
+                procs, server = _gloo_ranks(commands[0], hosts, envs)
+                started = len(procs)
+            else:
+                procs, started = [(i, commands[i], envs[i]) for i in range(count)], count
+            if started < planned:
+                notes.append(
+                    f"the driver's line starts {started} of the {planned} ranks the job asks for (v3's mpi_driver "
+                    "passes -np process_count_per_node; add -np H*P to mpi_additional_options)"
+                )
+            for note in notes:
+                print(f"[rehearsal] {note}", flush=True)
+
+            log_dir = job_dir / "logs" / f"attempt-{1 + len(list((job_dir / 'logs').glob('attempt-*')))}"
+            stop, fired, watcher = threading.Event(), [], None
+            if interrupt_after_epoch is not None:
+                from utils.checkpoint import latest  # imports Keras: only rehearsals that interrupt need it
+
+                args = (latest, ckpt_dirs[0], interrupt_after_epoch, run_id, stop, fired)
+                watcher = threading.Thread(target=_reclaim, args=args, name="spot-reclaim", daemon=True)
+                watcher.start()
+            limit = min(timeout, request["StoppingCondition"].get("MaxRuntimeInSeconds", timeout))
+            start, run, failure = time.monotonic(), None, None
+            common = {"timeout": limit, "run_id": run_id, "log_dir": log_dir, "stream": stream}
+            try:
+                if mpi and lab is not None:
+                    # Each ssh session gets its instance's variables, as the driver's /etc/environment gives them; every
+                    # printed line is one write (no PYTHONUNBUFFERED), so that Open MPI never splits a line between ranks.
+                    whole = {"PYTHONUNBUFFERED": ""}
+                    lab.start_sshd(
+                        envs=[
+                            {k: v for k, v in e.items() if k not in _SESSION_OWN and "\n" not in v} | whole
+                            for e in envs
+                        ]
+                    )
+                    run = lab.mpirun(commands[0], env=envs[0] | whole, cwd=code_dirs[0], threads=threads, **common)
+                elif lab is not None:
+                    wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
+                    run = lab.run(wrapped, envs=[e for _, _, e in procs], threads=threads, **common)
+                else:
+                    # run_workers has no working folder: sh enters the instance's code folder, then becomes the process.
+                    wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
+                    run = launch.run_workers(wrapped, [e for _, _, e in procs], **common)
+            except launch.WorkerError as exc:
+                failure = exc
+            finally:
+                stop.set()
+                if watcher:
+                    watcher.join()
+                if server:
+                    server.stop()
+            seconds, interrupted = time.monotonic() - start, bool(fired)
+            keys = _sync_checkpoints(s3, ckpt_uri, ckpt_dirs) if ckpt else []
+            if failure and not interrupted:
+                raise failure
+            logs = [launch.WorkerResult(r, None, log_dir / f"worker-{r}.log") for r in range(len(procs))]
+            model = None if interrupted else _upload_model(s3, request, folders[0] / "model", job_dir / "model.tar.gz")
+            return Rehearsal(
+                job_name=job,
+                hosts=hosts,
+                instances=folders,
+                commands=[list(c) for _, c, _ in procs],
+                driver_command=commands[0],
+                ranks=started,
+                planned_ranks=planned,
+                seconds=seconds,
+                interrupted=interrupted,
+                model_artifact=model,
+                checkpoint_keys=keys,
+                workers=run.workers if run else logs,
+                run=None if interrupted else run,
+                log_dir=log_dir,
+                checkpoint_epoch=fired[0] if fired else None,
+                notes=notes,
+                where="lab" if lab is not None else "loopback",
+                why_loopback=why_loopback,
+            )
     except netlab.LabError as exc:
         raise netlab.LabError(f"{exc}\n(rehearse(..., where='loopback') runs the job on loopback instead)") from exc
-    finally:
-        stack.close()  # the lab's hosts, sshd, keys and mounts go with it
-
-
-def _run(
-    request,
-    s3,
-    lab,
-    hosts,
-    folders,
-    codes,
-    ckpt_dirs,
-    ckpt,
-    ckpt_uri,
-    sm_drivers,
-    distributed,
-    driver,
-    notes,
-    job,
-    job_dir,
-    threads,
-    timeout,
-    stream,
-    interrupt_after_epoch,
-    why_loopback,
-) -> Rehearsal:
-    """The part of rehearse() that starts the job's processes, on the lab (`lab`) or on loopback (None)."""
-    count, mpi = len(folders), driver == "mpi_driver.py"
-    own_drivers = (sm_drivers / "scripts" / "environment.py").is_file()
-    extra = {"TRAINING_JOB_NAME": job}
-    if lab is None:  # hosts share 127.0.0.x: host i of an MWMS job listens on MWMS_BASE_PORT + i
-        port = next(p for p in launch.free_ports(20) if all(portpicker.is_port_free(p + i) for i in range(1, count)))
-        extra["MWMS_BASE_PORT"] = str(port)
-    sm_envs, commands = [], []
-    for i, folder in enumerate(folders):
-        if lab is not None:
-            lab.mount(i, folder, OPT_ML)
-        inst = OPT_ML if lab is not None else str(folder)
-        drivers = f"{inst}/input/data/sm_drivers" if own_drivers else str(drivers_dir())
-        task = {"drivers": drivers, "instance": inst, "master": hosts[0], "unset": list(NOT_IN_CONTAINER)}
-        task |= {"driver": driver} if i == 0 or not mpi else {}
-        out = _sdk(task, extra, enter=lab.enter(i) if lab is not None else ())
-        sm_envs.append(out["env"])
-        commands.append(out.get("command", []))
-    run_id = uuid.uuid4().hex
-    base, envs = launch._base_env(threads, run_id, None), []
-    code_dirs = [f"{OPT_ML}/input/data/code" if lab is not None else str(c) for c in codes]
-    for i, folder in enumerate(folders):  # the container's variables, the request's Environment, then sm_training.env
-        own = {
-            k: str(v) if lab is not None else map_path(str(v), folder)
-            for k, v in (request.get("Environment") or {}).items()
-        }
-        envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": code_dirs[i]})
-    planned, server = count, None
-    if mpi:
-        gpus = int(sm_envs[0].get("SM_NUM_GPUS") or 0) or int(sm_envs[0].get("SM_NUM_NEURONS") or 0)
-        planned = count * (int(distributed.get("process_count_per_node") or 0) or gpus or 1)  # get_process_count
-        layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
-    if mpi and lab is not None:
-        procs, started = [(0, commands[0], envs[0])], len(layout)  # one process: mpirun on algo-1
-    elif mpi:
-        procs, server = _gloo_ranks(commands[0], hosts, envs)
-        started = len(procs)
-    else:
-        procs, started = [(i, commands[i], envs[i]) for i in range(count)], count
-    if started < planned:
-        notes.append(
-            f"the driver's line starts {started} of the {planned} ranks the job asks for (v3's mpi_driver "
-            "passes -np process_count_per_node; add -np H*P to mpi_additional_options)"
-        )
-    for note in notes:
-        print(f"[rehearsal] {note}", flush=True)
-
-    log_dir = job_dir / "logs" / f"attempt-{1 + len(list((job_dir / 'logs').glob('attempt-*')))}"
-    stop, fired, watcher = threading.Event(), [], None
-    if interrupt_after_epoch is not None:
-        from utils.checkpoint import latest  # imports Keras: only rehearsals that interrupt need it
-
-        args = (latest, ckpt_dirs[0], interrupt_after_epoch, run_id, stop, fired)
-        watcher = threading.Thread(target=_reclaim, args=args, name="spot-reclaim", daemon=True)
-        watcher.start()
-    limit = min(timeout, request["StoppingCondition"].get("MaxRuntimeInSeconds", timeout))
-    start, run, failure = time.monotonic(), None, None
-    common = {"timeout": limit, "run_id": run_id, "log_dir": log_dir, "stream": stream}
-    try:
-        if mpi and lab is not None:
-            # Each ssh session gets its instance's variables, as the driver's /etc/environment gives them; every
-            # printed line is one write (no PYTHONUNBUFFERED), so that Open MPI never splits a line between ranks.
-            whole = {"PYTHONUNBUFFERED": ""}
-            lab.start_sshd(
-                envs=[{k: v for k, v in e.items() if k not in _SESSION_OWN and "\n" not in v} | whole for e in envs]
-            )
-            run = lab.mpirun(commands[0], env=envs[0] | whole, cwd=code_dirs[0], threads=threads, **common)
-        elif lab is not None:
-            wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
-            run = lab.run(wrapped, envs=[e for _, _, e in procs], threads=threads, **common)
-        else:
-            # run_workers has no working folder: sh enters the instance's code folder, then becomes the process.
-            wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
-            run = launch.run_workers(wrapped, [e for _, _, e in procs], **common)
-    except launch.WorkerError as exc:
-        failure = exc
-    finally:
-        stop.set()
-        if watcher:
-            watcher.join()
-        if server:
-            server.stop()
-    seconds, interrupted = time.monotonic() - start, bool(fired)
-    keys = _sync_checkpoints(s3, ckpt_uri, ckpt_dirs) if ckpt else []
-    if failure and not interrupted:
-        raise failure
-    logs = [launch.WorkerResult(r, None, log_dir / f"worker-{r}.log") for r in range(len(procs))]
-    model = None if interrupted else _upload_model(s3, request, folders[0] / "model", job_dir / "model.tar.gz")
-    return Rehearsal(
-        job_name=job,
-        hosts=hosts,
-        instances=folders,
-        commands=[list(c) for _, c, _ in procs],
-        driver_command=commands[0],
-        ranks=started,
-        planned_ranks=planned,
-        seconds=seconds,
-        interrupted=interrupted,
-        model_artifact=model,
-        checkpoint_keys=keys,
-        workers=run.workers if run else logs,
-        run=None if interrupted else run,
-        log_dir=log_dir,
-        checkpoint_epoch=fired[0] if fired else None,
-        notes=notes,
-        where="lab" if lab is not None else "loopback",
-        why_loopback=why_loopback,
-    )
