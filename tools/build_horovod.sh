@@ -104,13 +104,17 @@ print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tol
   if [ "$with_mpi" = 1 ]; then
     printf '%s\n' "$report" | grep -q '\[X\] MPI' || die "Horovod was built without MPI although Open MPI is here."
     # the same allreduce, its 2 ranks started by Open MPI's mpirun (as SageMaker's MPI driver starts them)
-    out="$(cd "$repo" && with_timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    # Each rank writes its line in one write and mpirun tags it: without both, two ranks' lines can interleave
+    # (seen in CI with PYTHONUNBUFFERED set, where print writes each argument separately).
+    out="$(cd "$repo" && with_timeout 120 mpirun --allow-run-as-root --oversubscribe --tag-output -np 2 \
       -x OMP_NUM_THREADS=1 -x TF_CPP_MIN_LOG_LEVEL=3 -x CUDA_VISIBLE_DEVICES=-1 "$PY" -c '
 import horovod.tensorflow as hvd, tensorflow as tf
 hvd.init()
 assert hvd.mpi_enabled(), "not started through MPI"
 s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)] * 4), op=hvd.Sum)
-print("mpi-allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tolist())
+import sys
+sys.stdout.write(f"mpi-allreduce-check rank {hvd.rank()} of {hvd.size()} sum {s.numpy().tolist()}\n")
+sys.stdout.flush()
 ' 2>&1)" || { printf '%s\n' "$out" | tail -20 >&2; die "the 2-rank allreduce under mpirun failed (output above)."; }
     [ "$(printf '%s\n' "$out" | grep -c 'mpi-allreduce-check.*sum \[3.0, 3.0, 3.0, 3.0\]')" = 2 ] \
       || { printf '%s\n' "$out" | tail -20 >&2; die "the 2-rank allreduce under mpirun returned a wrong sum."; }
