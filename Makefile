@@ -19,7 +19,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # Jupyter refuses to run as root without this flag (containers often run as root).
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check clean-env
+.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check image-check clean-env
 
 env:
 	@bash tools/setup_env.sh
@@ -86,6 +86,13 @@ lab-check: env
 # Rebuild or re-check Horovod alone (uses the cached wheel when there is one).
 horovod: env
 	@bash tools/build_horovod.sh $(VENV)/bin/python
+
+# docker/horovod/Dockerfile's Horovod build (GPU flags, NCCL, MPI) replayed on this machine without Docker, on the
+# image's versions (Python 3.12, TensorFlow 2.21); the differences from the real image are in docker/horovod/README.md.
+# Needs no course environment; the first run downloads about 1 GB and compiles for a few minutes, later runs use the
+# cache (tools/image_check.py says where).
+image-check:
+	@python3 tools/image_check.py
 
 # The git filter runs the environment's nbstripout: it goes with the environment (make env puts it back).
 clean-env:

@@ -24,6 +24,9 @@ BUILD_HOROVOD = REPO / "tools" / "build_horovod.sh"
 ACCOUNT = "123456789012"
 BASH = shutil.which("bash") or "/bin/bash"
 
+sys.path.insert(0, str(REPO / "tools"))
+import image_check  # noqa: E402  (tools/image_check.py: make image-check, which reads its recipe from the Dockerfile)
+
 
 def _one(pattern: str, text: str, what: str, flags: int = 0) -> str:
     found = re.findall(pattern, text, flags)
@@ -36,7 +39,7 @@ def _dockerfile() -> str:
 
 
 def _arg_default(name: str) -> str:
-    return _one(rf"^ARG {name}=(\S+)$", _dockerfile(), f"'ARG {name}=' line", re.M)
+    return image_check.arg_default(_dockerfile(), name)
 
 
 def _course_recipe() -> dict:
@@ -54,22 +57,18 @@ def _course_recipe() -> dict:
     }
 
 
-def _dockerfile_patch() -> str:
-    return _one(
-        r"^COPY <<'EOF' /tmp/horovod-patch-xla-guard\.py\n(.*?)^EOF$", _dockerfile(), "patch heredoc", re.M | re.S
-    )
+def _dockerfile_patch(name: str = "horovod-patch-xla-guard.py") -> str:
+    return {program: text for program, text, _ in image_check.patches(_dockerfile())}[name]
 
 
 def _instructions() -> list[str]:
     """The Dockerfile's instructions, each with its continuation lines (a heredoc's body included)."""
-    return re.findall(r"^[A-Z]+ .*?(?=^[A-Z]+ |\Z)", _dockerfile(), re.M | re.S)
+    return image_check.instructions(_dockerfile())
 
 
 def _build_env() -> dict:
     """NAME=VALUE settings on the Dockerfile's `pip wheel` command (the Horovod build)."""
-    build = [i for i in _instructions() if "pip wheel" in i]
-    assert len(build) == 1, "expected one RUN that builds the Horovod wheel"
-    return dict(re.findall(r"(?<![\w$])([A-Z][A-Z0-9_]*)=(\"[^\"]*\"|\S+)", build[0]))
+    return image_check.build_env(_dockerfile())
 
 
 def test_base_image_is_the_sdk_image_for_tf_2_21_gpu():
@@ -120,6 +119,77 @@ def test_xla_guard_patch_is_the_course_patch(tmp_path):
     build = next(i for i in _instructions() if "pip wheel" in i)
     applied = build.find(' /tmp/horovod-patch-xla-guard.py "$src/horovod/tensorflow/xla_mpi_ops.cc"')
     assert 0 <= applied < build.find("pip wheel")
+
+
+def test_gpu_stream_patch(tmp_path):
+    """TF 2.21 has no stream_executor::gpu::AsGpuStreamValue (a GPU build of Horovod 0.28.1 fails to load with an
+    undefined symbol, found by make image-check); the patch takes the stream from platform_specific_handle()."""
+    program = tmp_path / "gpu.py"
+    program.write_text(_dockerfile_patch("horovod-patch-gpu-stream.py"))
+    source = tmp_path / "mpi_ops.cc"
+    call = "stream_executor::gpu::AsGpuStreamValue("
+    source.write_text(
+        f"#if HAVE_GPU\nGpuStreamHandle AsGpuStreamValue(Stream* stream);\n#endif\n// Undef LOG macro from TensorFlow\n"
+        f"void a() {{ auto s = {call}ctx->stream()); }}\nvoid b() {{ auto s = {call}\n    ctx->stream()); }}\n"
+    )
+    subprocess.run([sys.executable, str(program), str(source)], check=True)
+    patched = source.read_text()
+    assert call not in patched and patched.count("HorovodGpuStream(ctx->stream())") == 1
+    assert patched.count("HorovodGpuStream(\n    ctx->stream())") == 1
+    helper = patched.index("static inline GpuStreamHandle HorovodGpuStream(stream_executor::Stream* stream)")
+    assert patched.index("#if HAVE_GPU\n//") < helper < patched.index("// Undef LOG macro") < patched.index("void a()")
+    assert "stream->platform_specific_handle().stream" in patched
+    # a source that is not the expected release is refused
+    source.write_text("int x;\n")
+    refused = subprocess.run([sys.executable, str(program), str(source)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "expected one" in refused.stderr
+    # no line of a patch program starts with "#": Docker's parser could take it for a comment of the Dockerfile
+    for name, text, _ in image_check.patches(_dockerfile()):
+        assert not [line for line in text.splitlines() if line.lstrip().startswith("#")], name
+
+
+def test_image_replay_reads_its_recipe_from_the_dockerfile():
+    """make image-check builds what the Dockerfile builds: its lists, patches and flags, read from it."""
+    rec = image_check.recipe(_dockerfile())
+    assert rec["version"] == _course_recipe()["version"] and rec["sha256"] == _course_recipe()["sha256"]
+    assert rec["frameworks"] == ["TensorFlow", "MPI", "Gloo", "NCCL"]
+    assert {"nvcc", "mpicxx", "mpirun", "cmake"} <= set(rec["tools"]) and "mpi4py" in rec["imports"]
+    assert [(name, target) for name, _, target in rec["patches"]] == [
+        ("horovod-patch-xla-guard.py", "horovod/tensorflow/xla_mpi_ops.cc"),
+        ("horovod-patch-gpu-stream.py", "horovod/tensorflow/mpi_ops.cc"),
+    ]
+    flags = image_check.replay_env(rec["env"], nccl_home="/n", cuda_home="/c", cc_list="90", jobs=2)
+    assert flags["HOROVOD_NCCL_INCLUDE"] == "/n/include" and flags["HOROVOD_CUDA_HOME"] == "/c"
+    assert flags["HOROVOD_BUILD_CUDA_CC_LIST"] == "90" and flags["MAKEFLAGS"] == "-j2"
+    assert {k: v for k, v in flags.items() if "$" in v} == {}
+    # a flag whose shell value the replay does not know stops it, rather than passing "$x" on to the build
+    with pytest.raises(image_check.ReplayError, match="HOROVOD_NEW=\\$new_thing"):
+        image_check.replay_env({"HOROVOD_NEW": "$new_thing"}, nccl_home="/n", cuda_home="/c", cc_list="90", jobs=2)
+    # a patch program written but never applied (or applied twice) is refused
+    text = _dockerfile()
+    unapplied = text.replace(
+        '    "$py" /tmp/horovod-patch-gpu-stream.py "$src/horovod/tensorflow/mpi_ops.cc"; \\\n', ""
+    )
+    assert unapplied != text
+    with pytest.raises(image_check.ReplayError, match="each should be applied once"):
+        image_check.patches(unapplied)
+
+
+def test_image_lock_has_the_base_image_versions():
+    """docker/horovod/image-lock.txt stands in for the image's /opt/venv: the versions the Dockerfile's header reads
+    from the base image's lockfile are the ones it pins."""
+    pins = dict(
+        line.split("#")[0].strip().split("==")
+        for line in image_check.LOCK.read_text().splitlines()
+        if "==" in line.split("#")[0]
+    )
+    header = re.search(r"Its lockfile pins (.*?), so nothing", _dockerfile(), re.S).group(1)
+    named = dict(re.findall(r"([a-z][\w-]*) (\d[\w.]*)", re.sub(r"\s*#\s*", " ", header)))
+    assert named, header
+    for name, version in named.items():
+        assert pins.get(name) == version, (
+            f"{name} {version} in the Dockerfile's header, {pins.get(name)} in image-lock.txt"
+        )
 
 
 def test_gpu_build_flags():
@@ -307,3 +377,9 @@ def test_shellcheck():
         pytest.skip("shellcheck is not installed")
     result = subprocess.run([shellcheck, "-x", str(SCRIPT)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_check_refuses_a_bad_compute_capability(capsys):
+    """Bad input to make image-check stops it at once, with what to give instead (nothing is built or installed)."""
+    assert image_check.main(["--cc", "sm90"]) == 1
+    assert "give one compute capability as digits, e.g. 90" in capsys.readouterr().err
