@@ -13,18 +13,21 @@ file, this program, the Python version; the wheel also by the compute capability
 A warm run only installs the cached wheel and checks it. Every difference from the real image is listed in
 docker/horovod/README.md ("The build, replayed without Docker").
 
-Standard library only: it runs with any Python 3 (the course's environment is not needed).
+Standard library only: it runs with the machine's Python 3.8 or newer (the course's environment is not needed).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
+import json
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -137,39 +140,46 @@ def run(
     """Run a command; on failure raise with the tail of its output. With `log`, output goes there and a line
     every 30 s says it is still running."""
     start = time.monotonic()
-    if log is None:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        out = done.stdout + done.stderr
-    else:
-        with open(log, "w") as sink:
-            proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
-            stop = threading.Event()
+    with tempfile.TemporaryFile("w+") if log is None else open(log, "w+") as sink:
+        # its own process group: on a timeout or an interrupt, everything it started (cmake, make, nvcc; mpirun's
+        # ranks) is stopped with it, SIGTERM first so that mpirun can stop its ranks
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        stop = threading.Event()
 
-            def beat() -> None:
-                while not stop.wait(30):
-                    say(f"  ... {what or cmd[0]}: {time.monotonic() - start:.0f} s (log: {log})")
+        def beat() -> None:
+            while log is not None and not stop.wait(30):
+                say(f"  ... {what or cmd[0]}: {time.monotonic() - start:.0f} s (log: {log})")
 
-            threading.Thread(target=beat, daemon=True).start()
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise ReplayError(f"{what or cmd[0]} took over {timeout:.0f} s and was stopped (log: {log})") from None
-            finally:
-                stop.set()
-        done = subprocess.CompletedProcess(cmd, proc.returncode)
-        out = log.read_text(errors="replace")
-    if done.returncode != 0:
+        threading.Thread(target=beat, daemon=True).start()
+        try:
+            proc.wait(timeout=timeout)
+        except BaseException as stopped:  # the timeout, or Ctrl-C
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+                    break
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                where = f" (log: {log})" if log else ""
+                raise ReplayError(f"{what or cmd[0]} took over {timeout:.0f} s and was stopped{where}") from None
+            raise
+        finally:
+            stop.set()
+        sink.seek(0)
+        out = sink.read()
+    if proc.returncode != 0:
         tail = "\n".join(out.splitlines()[-25:])
-        raise ReplayError(f"{what or ' '.join(cmd[:3])} failed (exit {done.returncode}):\n{tail}")
+        raise ReplayError(f"{what or ' '.join(cmd[:3])} failed (exit {proc.returncode}):\n{tail}")
     return out
 
 
 def find_python312() -> str:
-    """The image's Python is 3.12: $IMAGE_PYTHON, python3.12 on PATH, or a pyenv 3.12."""
-    candidates = [os.environ.get("IMAGE_PYTHON", ""), shutil.which("python3.12") or ""]
-    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12.*/bin/python3.12")), reverse=True)
+    """The image's Python is 3.12: $IMAGE_PYTHON, python3.12 on PATH, or a pyenv 3.12 (the newest)."""
+    given = os.environ.get("IMAGE_PYTHON", "")
+    pyenv = glob.glob(os.path.expanduser("~/.pyenv/versions/3.12.*/bin/python3.12"))
+    pyenv.sort(key=lambda p: [int(x) if x.isdigit() else -1 for x in Path(p).parents[1].name.split(".")], reverse=True)
+    candidates = [given] if given else [shutil.which("python3.12") or "", *pyenv]
     for candidate in filter(None, candidates):
         try:
             version = subprocess.run(
@@ -182,22 +192,33 @@ def find_python312() -> str:
             continue
         if version == ["3", "12"]:
             return candidate
+    if given:
+        raise ReplayError(f"IMAGE_PYTHON={given} is not a Python 3.12 with venv: the image's Python is 3.12")
     raise ReplayError(
         "the image's Python is 3.12 and none was found: install it (Debian 13/Ubuntu 24.04: "
         "sudo apt-get install -y python3.12-venv python3.12-dev; or `pyenv install 3.12`), or point IMAGE_PYTHON at one"
     )
 
 
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
+
+
 def cache_dir(python: str) -> Path:
+    """The environment's folder, keyed by what it is made of: the lock file, the Python and the machine."""
     root = os.environ.get("COURSE_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "distributed-training-course"
     )
-    digest = hashlib.sha256()
-    for part in (DOCKERFILE.read_bytes(), LOCK.read_bytes(), Path(__file__).read_bytes()):
-        digest.update(part)
     version = subprocess.run([python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True)
-    digest.update(f"{version.stdout}|{platform.machine()}".encode())
-    return Path(root) / "image-replay" / digest.hexdigest()[:12]
+    return Path(root) / "image-replay" / _key(LOCK.read_text(), version.stdout, platform.machine())
+
+
+def wheel_key(rec: dict, cc: str, path: str) -> str:
+    """The built wheel's key: the recipe read from the Dockerfile, the compute capability, and the versions of
+    the compilers and the Open MPI it is built with."""
+    env = {**os.environ, "PATH": path}
+    tools = [run([tool, "--version"], env=env).splitlines()[0] for tool in ("gcc", "cmake", "nvcc", "mpirun")]
+    return _key(json.dumps(rec, sort_keys=True), cc, *tools)
 
 
 # ---- the steps ----
@@ -273,7 +294,7 @@ def check_base(py: Path, rec: dict, path: str) -> None:
 
 
 def build_wheel(py: Path, rec: dict, home: Path, cuda: Path, nccl: Path, cc: str, path: str) -> Path:
-    dist = home / f"dist-cc{cc}"
+    dist = home / f"wheel-{wheel_key(rec, cc, path)}"
     wheels = sorted(dist.glob("horovod-*.whl"))
     if wheels:
         say(f"the built wheel, cached: {wheels[0]}")
@@ -293,7 +314,7 @@ def build_wheel(py: Path, rec: dict, home: Path, cuda: Path, nccl: Path, cc: str
                 f"{sdist.name} has sha256 {got}, the Dockerfile's HOROVOD_SDIST_SHA256 is {rec['sha256']}"
             )
         with tarfile.open(sdist) as archive:
-            archive.extractall(work, filter="data")
+            archive.extractall(work, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         src = work / f"horovod-{version}"
         for name, program, target in rec["patches"]:
             (work / name).write_text(program)
@@ -318,7 +339,9 @@ def build_wheel(py: Path, rec: dict, home: Path, cuda: Path, nccl: Path, cc: str
         say(f"  built in {time.monotonic() - start:.0f} s")
         dist.mkdir(parents=True, exist_ok=True)
         for wheel in (work / "dist").glob("horovod-*.whl"):
-            shutil.copy2(wheel, dist / wheel.name)
+            # whole or not at all: a later run trusts any wheel it finds here
+            shutil.copy2(wheel, dist / f".{wheel.name}.part")
+            os.replace(dist / f".{wheel.name}.part", dist / wheel.name)
     return sorted(dist.glob("horovod-*.whl"))[0]
 
 
@@ -386,12 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
+        if not re.fullmatch(r"\d{2,3}", args.cc):
+            raise ReplayError(f"--cc {args.cc!r}: give one compute capability as digits, e.g. 90 (H100) or 86 (A10G)")
         if platform.system() != "Linux" or platform.machine() != "x86_64":
             raise ReplayError(
                 f"the image is built for Linux x86_64 only; this is {platform.system()} {platform.machine()}"
             )
-        if not re.fullmatch(r"\d{2,3}", args.cc):
-            raise ReplayError(f"--cc {args.cc!r}: give one compute capability as digits, e.g. 90 (H100) or 86 (A10G)")
         rec = recipe(DOCKERFILE.read_text())
         python = find_python312()
         home = cache_dir(python)
@@ -413,7 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         step = time.monotonic()
         check(py, wheel, rec, path, nccl)
         say(f"  installed and checked in {time.monotonic() - step:.0f} s")
-    except (ReplayError, subprocess.TimeoutExpired) as error:
+        stale = [p for p in home.parent.iterdir() if p != home] + [p for p in home.glob("wheel-*") if p != wheel.parent]
+        for old in stale:  # what earlier recipes left (an environment is about 3 GB)
+            shutil.rmtree(old, ignore_errors=True)
+        if stale:
+            say(f"  removed {len(stale)} cached build(s) of earlier recipes")
+    except (ReplayError, OSError) as error:
         print(f"[image] ERROR: {error}", file=sys.stderr)
         return 1
     say(
