@@ -114,10 +114,29 @@ def test_a_tf_config_already_set_wins_and_is_checked():
     }
     found = job.set_tf_config(env)
     assert found.hosts == ["h:1", "h:2"] and found.index == 0
-    with pytest.raises(ValueError, match="not one of the 2 workers"):
+    with pytest.raises(ValueError, match="not one of the 2 worker task"):
         job.set_tf_config({"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"index": 5}})})
     with pytest.raises(ValueError, match="cluster description"):
         job.set_tf_config({"TF_CONFIG": "worker 0"})
+
+
+def test_a_chief_in_tf_config_is_task_0_and_the_workers_follow():
+    """As a TFJob with a Chief replica sets TF_CONFIG (lesson 09), and as TensorFlow numbers the tasks
+    (multi_worker_util.id_in_cluster): chief 0, then worker i as 1 + i."""
+    cluster = {"chief": ["j-chief-0.ns.svc:2222"], "worker": ["j-worker-0.ns.svc:2222", "j-worker-1.ns.svc:2222"]}
+    ranks = {}
+    for kind, index in (("chief", 0), ("worker", 0), ("worker", 1)):
+        env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": kind, "index": index}})}
+        found = job.set_tf_config(env)
+        ranks[found.current_host] = found.index
+        assert found.hosts == cluster["chief"] + cluster["worker"]
+    assert ranks == {"j-chief-0.ns.svc:2222": 0, "j-worker-0.ns.svc:2222": 1, "j-worker-1.ns.svc:2222": 2}
+    for bad, message in (
+        ({"type": "ps", "index": 0}, "task type is 'ps'"),
+        ({"type": "chief", "index": 1}, "1 chief task"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            job.set_tf_config({"TF_CONFIG": json.dumps({"cluster": cluster, "task": bad})})
 
 
 def test_no_cluster_means_one_worker_and_no_tf_config():

@@ -66,6 +66,12 @@ def test_bad_lab_input_gets_a_clear_error():
         netlab.Lab(netlab.MAX_HOSTS + 1)
     with pytest.raises(ValueError, match="names must differ"):
         netlab.Lab(2, names=["a", "a"])
+    with pytest.raises(ValueError, match="names must differ"):
+        netlab.Lab(2, names=["a", "b"], aliases=[["b"], []])
+    with pytest.raises(ValueError, match="2 lists of aliases"):
+        netlab.Lab(2, names=["a", "b"], aliases=[["c"]])
+    with pytest.raises(ValueError, match="lower-case letters"):
+        netlab.Lab(2, names=["a", "b"], aliases=[["Pod_0"], []])
     with pytest.raises(ValueError, match="holds 2 hosts"):
         netlab.Lab(3, subnet="10.77.0.0/30")
     with pytest.raises(ValueError, match="clashes with this machine's address 127.0.0.1"):
@@ -87,16 +93,22 @@ def test_loopback_fallback_when_switched_off(monkeypatch):
 @needs_lab
 def test_hosts_have_names_addresses_and_shaped_links():
     before = ip("-br", "link")
-    with netlab.Lab(3, "200mbit", names=["algo-1", "algo-2", "algo-3"]) as lab:
+    # an alias: a second name for a host, as cluster DNS answers a pod's service name (lesson 09)
+    aliases = [[], [], ["job-worker-1.ns.svc"]]
+    with netlab.Lab(3, "200mbit", names=["algo-1", "algo-2", "algo-3"], aliases=aliases) as lab:
         assert lab.addresses == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
-        show = "hostname; getent hosts algo-3; echo $LAB_HOSTS $LAB_HOST_INDEX; tc qdisc show dev eth0; ip -br addr"
+        show = (
+            "hostname; getent hosts algo-3; echo $LAB_HOSTS $LAB_HOST_INDEX; tc qdisc show dev eth0; "
+            "getent ahostsv4 job-worker-1.ns.svc | head -1; ip -br addr"
+        )
         result = lab.run([["sh", "-c", show]] * 3, stream=False)
         for i, w in enumerate(result.workers):
             lines = w.output.splitlines()
             assert lines[0] == f"algo-{i + 1}"
-            assert lines[1].split() == ["10.77.0.3", "algo-3"]
+            assert lines[1].split() == ["10.77.0.3", "algo-3", "job-worker-1.ns.svc"]
             assert lines[2] == f"10.77.0.1,10.77.0.2,10.77.0.3 {i}"
             assert "tbf" in lines[3] and "rate 200Mbit" in lines[3]
+            assert lines[4].split()[0] == "10.77.0.3"
             assert f"10.77.0.{i + 1}/24" in w.output
         # the machine's own network gained nothing
         assert ip("-br", "link") == before

@@ -158,15 +158,26 @@ def set_tf_config(env: MutableMapping[str, str] | None = None) -> Cluster:
     if env.get("TF_CONFIG"):
         try:
             config = json.loads(env["TF_CONFIG"])
-            workers, index = list(config["cluster"]["worker"]), int(config["task"]["index"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            chiefs, workers = list(config["cluster"].get("chief", [])), list(config["cluster"].get("worker", []))
+            kind, index = str(config["task"].get("type", "worker")), int(config["task"]["index"])
+        except (AttributeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ValueError(
                 f"TF_CONFIG is not a worker's cluster description ({type(exc).__name__}: {exc}); it should look like "
                 '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}'
             ) from exc
-        if not 0 <= index < len(workers):
-            raise ValueError(f"TF_CONFIG's task index {index} is not one of the {len(workers)} workers it lists")
-        return Cluster(hosts=workers, current_host=workers[index])
+        if kind not in ("chief", "worker"):
+            raise ValueError(
+                f"TF_CONFIG's task type is {kind!r}: this script runs MultiWorkerMirroredStrategy, whose tasks are "
+                "a 'chief' (at most one) and 'worker's"
+            )
+        members = chiefs if kind == "chief" else workers
+        if not 0 <= index < len(members):
+            raise ValueError(f"TF_CONFIG's task index {index} is not one of the {len(members)} {kind} task(s) it lists")
+        # The chief, where there is one, is task 0 and the workers follow, as TensorFlow numbers them
+        # (multi_worker_util.id_in_cluster); a TFJob with a Chief replica sets TF_CONFIG this way (lesson 09).
+        rank = index if kind == "chief" else len(chiefs) + index
+        hosts = chiefs + workers
+        return Cluster(hosts=hosts, current_host=hosts[rank])
     found = cluster(env)
     if found is None:  # one worker on its own: the strategy needs no TF_CONFIG
         return Cluster(hosts=["localhost"], current_host="localhost")

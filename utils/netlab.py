@@ -270,6 +270,7 @@ class Lab:
         bandwidth: str | float | None = "1gbit",
         *,
         names: Sequence[str] | None = None,
+        aliases: Sequence[Sequence[str]] | None = None,
         subnet: str = SUBNET,
         start_timeout: float = 30,
     ):
@@ -282,6 +283,13 @@ class Lab:
             )
         self.bandwidth = parse_bandwidth(bandwidth)
         self.names = _check_names(names if names is not None else [f"host-{i + 1}" for i in range(hosts)], hosts)
+        # more names per host in the lab's hosts file (a pod's service DNS names, as cluster DNS would answer them)
+        self.aliases = [list(a) for a in aliases] if aliases is not None else [[] for _ in range(hosts)]
+        if len(self.aliases) != hosts:
+            raise ValueError(f"{hosts} hosts need {hosts} lists of aliases, got {len(self.aliases)}")
+        _check_names(
+            self.names + [a for host in self.aliases for a in host], len(self.names) + sum(map(len, self.aliases))
+        )
         self.net = _check_subnet(subnet, hosts)
         self.start_timeout = start_timeout
         self.hosts: list[Host] = []
@@ -316,7 +324,10 @@ class Lab:
         addresses = [str(a) for a, _ in zip(self.net.hosts(), range(len(self.names)), strict=False)]
         hosts_file = self._dir / "hosts"
         hosts_file.write_text(
-            "127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for a, n in zip(addresses, self.names, strict=True))
+            "127.0.0.1 localhost\n"
+            + "".join(
+                f"{' '.join([a, n, *more])}\n" for a, n, more in zip(addresses, self.names, self.aliases, strict=True)
+            )
         )
         spec = {
             "names": self.names,

@@ -1,0 +1,167 @@
+"""utils.kubeflow: manifests built with the SDKs, the operators' admission rules, and what the operators give
+every pod, against values worked out by hand from the operators' sources (kubeflow/trainer v1.9.4,
+kubeflow/mpi-operator v0.8.0)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from utils import kubeflow as kf
+
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/course:2.21"
+MWMS = ["python", "/opt/course/scripts/train_mwms.py"]
+
+
+def _job(**kw):
+    return kf.tfjob("forecaster", workers=2, chief=1, image=IMAGE, command=MWMS, args=["--epochs", "3"], **kw)
+
+
+def test_tfjob_is_built_by_the_sdk_and_round_trips_through_yaml():
+    job = _job(namespace="team-a")
+    text = kf.to_yaml(job)
+    data = yaml.safe_load(text)
+    assert data["apiVersion"] == "kubeflow.org/v1" and data["kind"] == "TFJob"
+    assert data["metadata"] == {"name": "forecaster", "namespace": "team-a"}
+    specs = data["spec"]["tfReplicaSpecs"]
+    assert {k: (v["replicas"], v["restartPolicy"]) for k, v in specs.items()} == {
+        "Chief": (1, "OnFailure"),
+        "Worker": (2, "OnFailure"),
+    }
+    container = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "tensorflow" and container["image"] == IMAGE
+    assert container["command"] == MWMS and container["args"] == ["--epochs", "3"]
+    again = kf.load_tfjob(text)  # through the SDK's models again
+    assert kf.manifest(again) == kf.manifest(job)
+
+
+def test_tf_config_of_every_replica_as_the_operator_writes_it():
+    """genTFConfigJSONStr: Go's json.Marshal of {cluster, task, environment}; cluster keys sorted; hosts are
+    <job>-<type>-<i>.<namespace>.svc:2222."""
+    pods = kf.tf_pods(_job(namespace="team-a"))
+    assert [p.name for p in pods] == ["forecaster-chief-0", "forecaster-worker-0", "forecaster-worker-1"]
+    expected_cluster = (
+        '{"chief":["forecaster-chief-0.team-a.svc:2222"],'
+        '"worker":["forecaster-worker-0.team-a.svc:2222","forecaster-worker-1.team-a.svc:2222"]}'
+    )
+    assert pods[2].env["TF_CONFIG"] == (
+        '{"cluster":' + expected_cluster + ',"task":{"type":"worker","index":1},"environment":"cloud"}'
+    )
+    assert json.loads(pods[0].env["TF_CONFIG"])["task"] == {"type": "chief", "index": 0}
+    assert pods[1].dns == ["forecaster-worker-0.team-a.svc", "forecaster-worker-0.team-a.svc.cluster.local"]
+    assert all(p.restart_policy == "OnFailure" for p in pods)
+
+
+def test_port_named_tfjob_port_and_a_single_replica():
+    m = kf.manifest(_job())
+    for spec in m["spec"]["tfReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["ports"] = [{"name": "tfjob-port", "containerPort": 3333}]
+    assert json.loads(kf.tf_config(m, "Worker", 0))["cluster"]["chief"] == ["forecaster-chief-0.default.svc:3333"]
+    single = kf.manifest(kf.tfjob("one", workers=1, image=IMAGE, command=MWMS))
+    assert kf.tf_config(single, "Worker", 0) is None  # isDistributed: one replica in all
+    assert "TF_CONFIG" not in kf.tf_pods(single)[0].env
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda m: m["metadata"].update(name="Forecaster_1"), "should match a DNS-1035 label"),
+        (lambda m: m["spec"].pop("tfReplicaSpecs"), "spec.tfReplicaSpecs: must be required"),
+        (
+            lambda m: m["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="tf"),
+            "must have at least one container with name tensorflow",
+        ),
+        (
+            lambda m: m["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].pop("image"),
+            "containers[0].image: must be required",
+        ),
+        (
+            lambda m: m["spec"]["tfReplicaSpecs"].update(Master=m["spec"]["tfReplicaSpecs"]["Chief"]),
+            "must not have more than 1 Chief or Master role",
+        ),
+        (lambda m: m["spec"]["tfReplicaSpecs"]["Chief"].update(replicas=2), "at most one chief task"),
+        (lambda m: m["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=0), "creates no pod"),
+        (lambda m: m["spec"]["tfReplicaSpecs"].update(Boss=m["spec"]["tfReplicaSpecs"]["Chief"]), "not a TFJob"),
+    ],
+)
+def test_bad_tfjobs_are_refused_with_the_operators_message(change, message):
+    m = copy.deepcopy(kf.manifest(_job()))
+    change(m)
+    with pytest.raises(kf.ManifestError, match=re.escape(message)):
+        kf.check_tfjob(m)
+    assert kf.check_tfjob(_job()) == []  # the unchanged job passes
+
+
+def test_wrong_field_types_fail_in_the_sdk_models():
+    m = kf.manifest(_job())
+    m["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two"
+    with pytest.raises(kf.ManifestError, match="wrong type"):
+        kf.load_tfjob(m)
+    with pytest.raises(kf.ManifestError, match="expected TFJob"):
+        kf.load_tfjob({"kind": "PyTorchJob"})
+
+
+def _mpi(**kw):
+    line = ["mpirun", "--allow-run-as-root", "-np", "4", "python", "/opt/course/scripts/train_horovod.py"]
+    return kf.mpijob("hvd", workers=2, slots_per_worker=2, image=IMAGE, command=line, **kw)
+
+
+def test_mpijob_hostfile_launcher_variables_and_pods():
+    job = _mpi(namespace="team-a")
+    assert kf.mpi_hostfile(job) == "hvd-worker-0.hvd.team-a.svc slots=2\nhvd-worker-1.hvd.team-a.svc slots=2\n"
+    env = kf.mpi_launcher_env(job)
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_orte_keep_fqdn_hostnames"] == "true" and env["OMPI_MCA_orte_set_default_slots"] == "2"
+    assert env["OMPI_MCA_plm_rsh_args"] == "-o ConnectionAttempts=10"
+    launcher, *workers = kf.mpi_pods(job)
+    assert launcher.name == "hvd-launcher" and launcher.files == {"/etc/mpi/hostfile": kf.mpi_hostfile(job)}
+    assert [w.name for w in workers] == ["hvd-worker-0", "hvd-worker-1"]
+    assert all(w.command == ["/usr/sbin/sshd", "-De"] and w.env["K_MPI_JOB_ROLE"] == "worker" for w in workers)
+    assert workers[1].dns[0] == "hvd-worker-1.hvd.team-a.svc"
+    data = yaml.safe_load(kf.to_yaml(job))
+    assert data["apiVersion"] == "kubeflow.org/v2beta1" and data["spec"]["sshAuthMountPath"] == "/root/.ssh"
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s["mpiReplicaSpecs"].pop("Launcher"), "must have Launcher replica spec"),
+        (lambda s: s["mpiReplicaSpecs"]["Launcher"].update(replicas=2), "Launcher].replicas: must be 1"),
+        (lambda s: s["mpiReplicaSpecs"]["Worker"].update(replicas=0), "must be greater than or equal to 1"),
+        (lambda s: s.pop("slotsPerWorker"), "must have number of slots per worker"),
+        (lambda s: s.update(mpiImplementation="MVAPICH"), "is not one of OpenMPI, Intel, MPICH"),
+        (lambda s: s["runPolicy"].pop("cleanPodPolicy"), "must have clean Pod policy"),
+        (lambda s: s["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Always"), "not one of Never, OnFailure"),
+        (lambda s: s.update(sshAuthMountPath=""), "must have a mount path for SSH credentials"),
+    ],
+)
+def test_bad_mpijobs_are_refused_with_the_operators_message(change, message):
+    m = copy.deepcopy(_mpi())
+    change(m["spec"])
+    with pytest.raises(kf.ManifestError, match=re.escape(message)):
+        kf.check_mpijob(m)
+    assert kf.check_mpijob(_mpi()) == []
+
+
+def test_the_played_kubelet_restarts_on_failure_only(tmp_path):
+    """OnFailure: a container that exits non-zero runs again (here it fails once, then succeeds); Never: not."""
+    marker = tmp_path / "failed-once"
+    program = (
+        f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); ok = p.exists(); p.touch(); sys.exit(0 if ok else 3)"
+    )
+    for policy, codes in (("OnFailure", [3, 0]), ("Never", [3])):
+        marker.unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "utils.kubeflow", "_kubelet", policy, "3", "--", sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        pod = json.loads([ln for ln in done.stdout.splitlines() if ln.startswith("POD ")][-1][4:])
+        assert pod["exit_codes"] == codes and done.returncode == codes[-1]

@@ -1,0 +1,561 @@
+"""Lesson 09: the course's training scripts as Kubernetes jobs (Amazon EKS with Kubeflow), built, checked and
+rehearsed on this machine, with no cluster.
+
+- A TFJob (`kubeflow.org/v1`, Kubeflow Training Operator) for `train_mwms.py`, built with the official
+  `kubeflow-training` SDK's models and helpers; an MPIJob (`kubeflow.org/v2beta1`, mpi-operator) for
+  `train_horovod.py`, built from the `kubernetes` client's models (no SDK serves v2beta1). `to_yaml` gives the
+  file a user would `kubectl apply`; `load_tfjob` reads one back through the SDK's models (field types checked).
+- `check_tfjob` and `check_mpijob`: the operators' own admission rules, with their messages (the TFJob
+  webhook; the MPIJob controller's validation), plus the few rules TensorFlow itself adds, marked as such.
+- What the operators give every pod, played exactly: `tf_config` (each replica's TF_CONFIG, as the operator's
+  JSON), `mpi_hostfile` and `mpi_launcher_env` (the launcher's ConfigMap and variables).
+- `rehearse_tfjob` / `rehearse_mpijob`: the pods as hosts of the network lab (utils.netlab) with the pods' own
+  names and service DNS names; a played kubelet runs each pod's container command and restarts it as its
+  `restartPolicy` says. Real here: TensorFlow, Open MPI, ssh, the network, the manifests and the SDK. Played:
+  the API server, the operators, the kubelet and cluster DNS.
+
+Sources (read at these tags; each function says which file):
+- kubeflow/trainer (the Training Operator v1) tag v1.9.4, commit 4445c12a: pkg/controller.v1/tensorflow/
+  tensorflow.go (genTFConfigJSONStr, genClusterSpec), tfjob_controller.go (SetClusterSpec, isDistributed),
+  util.go (GetPortFromTFJob), pkg/webhooks/tensorflow/tfjob_webhook.go, pkg/apis/kubeflow.org/v1/
+  tensorflow_types.go and tensorflow_defaults.go (port 2222, restart policy Never by default).
+- kubeflow/mpi-operator tag v0.8.0, commit 101db144: pkg/controller/mpi_job_controller.go (the hostfile, the
+  launcher's variables, sshd on workers), pkg/apis/kubeflow/validation/validation.go, pkg/apis/kubeflow/
+  v2beta1/default.go (sshAuthMountPath /root/.ssh, restart policies).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TRAINER = "kubeflow/trainer v1.9.4"
+MPI_OPERATOR = "kubeflow/mpi-operator v0.8.0"
+TF_CONTAINER = "tensorflow"  # the container the operator sets TF_CONFIG in (constants.TFJOB_CONTAINER)
+TF_PORT_NAME, TF_PORT = "tfjob-port", 2222  # tensorflow_types.go: TFJobDefaultPortName, TFJobDefaultPort
+TF_TYPES = {"ps": "PS", "worker": "Worker", "chief": "Chief", "master": "Master", "evaluator": "Evaluator"}
+MPI_HOSTFILE = "/etc/mpi/hostfile"  # mpi_job_controller.go: configMountPath + hostfileName
+SSH_MOUNT = "/root/.ssh"  # v2beta1/default.go: the default sshAuthMountPath
+CODE_IN_IMAGE = "/opt/course"  # where the job's image holds the course's code (the lesson's Dockerfile copies it)
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+class ManifestError(ValueError):
+    """A manifest the operator would refuse, or that could not run: every problem, each with its field."""
+
+    def __init__(self, kind: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"this {kind} would be refused:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+# ---- building manifests -----------------------------------------------------------------------------------------
+
+
+def tfjob(
+    name: str,
+    *,
+    workers: int,
+    image: str,
+    command: list[str],
+    args: list[str] | None = None,
+    chief: int = 0,
+    namespace: str = "default",
+    restart_policy: str = "OnFailure",
+    cpu: str | None = None,
+    memory: str | None = None,
+):
+    """A TFJob as the kubeflow-training SDK builds one (utils.get_container_spec, get_pod_template_spec,
+    get_tfjob_template): one container named `tensorflow`, the same pod template for every replica type."""
+    from kubeflow.training.utils import utils as sdk
+
+    resources = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    container = sdk.get_container_spec(
+        name=TF_CONTAINER,
+        base_image=image,
+        command=command,
+        args=args,
+        resources=resources or None,
+        env_vars={"PYTHONPATH": CODE_IN_IMAGE, "PYTHONUNBUFFERED": "1"},
+    )
+    container.working_dir = CODE_IN_IMAGE
+    job = sdk.get_tfjob_template(
+        name=name,
+        namespace=namespace,
+        pod_template_spec=sdk.get_pod_template_spec(containers=[container]),
+        num_workers=workers,
+        num_chief_replicas=chief or None,
+    )
+    for spec in job.spec.tf_replica_specs.values():
+        spec.restart_policy = restart_policy
+    return job
+
+
+def mpijob(
+    name: str,
+    *,
+    workers: int,
+    slots_per_worker: int,
+    image: str,
+    command: list[str],
+    namespace: str = "default",
+    restart_policy: str = "OnFailure",
+    clean_pod_policy: str = "Running",
+) -> dict[str, Any]:
+    """An MPIJob v2beta1 for Horovod: a launcher that runs `command` (an mpirun line) and workers that run
+    sshd (the operator's default when a worker's container has no command). There is no SDK for v2beta1: the
+    pod templates are the kubernetes client's models; the rest follows the CRD."""
+    from kubernetes import client
+
+    def template(container) -> dict[str, Any]:
+        pod = client.V1PodTemplateSpec(spec=client.V1PodSpec(containers=[container]))
+        return client.ApiClient().sanitize_for_serialization(pod)
+
+    env = [client.V1EnvVar(name="PYTHONPATH", value=CODE_IN_IMAGE)]
+    launcher = client.V1Container(name="launcher", image=image, command=command, env=env, working_dir=CODE_IN_IMAGE)
+    worker = client.V1Container(name="worker", image=image, env=env, working_dir=CODE_IN_IMAGE)
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "slotsPerWorker": slots_per_worker,
+            "runPolicy": {"cleanPodPolicy": clean_pod_policy},
+            "sshAuthMountPath": SSH_MOUNT,
+            "mpiImplementation": "OpenMPI",
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": restart_policy, "template": template(launcher)},
+                "Worker": {"replicas": workers, "restartPolicy": restart_policy, "template": template(worker)},
+            },
+        },
+    }
+
+
+def manifest(job: Any) -> dict[str, Any]:
+    """The manifest as the API server receives it (camelCase keys, no empty fields)."""
+    if isinstance(job, dict):
+        return job
+    from kubeflow.training import ApiClient
+
+    return ApiClient().sanitize_for_serialization(job)
+
+
+def to_yaml(job: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(manifest(job), sort_keys=False)
+
+
+def load_tfjob(source: str | dict[str, Any]):
+    """A TFJob from YAML text or a dict, read through the SDK's models: a field of the wrong type (replicas: two)
+    fails here, as `kubectl apply` would refuse it."""
+    import yaml
+    from kubeflow.training import ApiClient
+
+    data = yaml.safe_load(source) if isinstance(source, str) else source
+    if not isinstance(data, dict) or data.get("kind") != "TFJob":
+        raise ManifestError(
+            "TFJob", [f"kind: expected TFJob, got {data.get('kind') if isinstance(data, dict) else data!r}"]
+        )
+    try:
+        return ApiClient()._ApiClient__deserialize(data, "KubeflowOrgV1TFJob")
+    except (TypeError, ValueError) as exc:
+        raise ManifestError("TFJob", [f"a field has the wrong type: {exc}"]) from None
+
+
+# ---- the operators' admission rules -----------------------------------------------------------------------------
+
+
+def _tf_specs(job: Any) -> dict[str, dict[str, Any]]:
+    """Replica specs by the operator's type name (its defaulter camel-cases the keys: `worker` is Worker)."""
+    specs = manifest(job).get("spec", {}).get("tfReplicaSpecs") or {}
+    return {TF_TYPES.get(k.lower(), k): v for k, v in specs.items()}
+
+
+def check_tfjob(job: Any) -> list[str]:
+    """The TFJob webhook's rules (tfjob_webhook.go, v1.9.4), and TensorFlow's own for MultiWorkerMirroredStrategy.
+    Returns the notes on a valid job; raises ManifestError with every problem otherwise."""
+    m = manifest(job)
+    problems, notes = [], []
+    name = m.get("metadata", {}).get("name") or ""
+    if not (DNS_1035.fullmatch(name) and len(name) <= 63):
+        problems.append(
+            f"metadata.name {name!r}: should match a DNS-1035 label (lower-case letters, digits and '-', starting "
+            "with a letter, at most 63 characters)"
+        )
+    specs = _tf_specs(m)
+    if not specs:
+        problems.append("spec.tfReplicaSpecs: must be required")
+    for rtype, spec in specs.items():
+        where = f"spec.tfReplicaSpecs[{rtype}]"
+        containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+        if not containers:
+            problems.append(f"{where}.template.spec.containers: must be specified")
+        for i, c in enumerate(containers):
+            if not c.get("image"):
+                problems.append(f"{where}.template.spec.containers[{i}].image: must be required")
+        if containers and not any(c.get("name") == TF_CONTAINER for c in containers):
+            problems.append(f"{where}.template.spec.containers: must have at least one container with name tensorflow")
+        if rtype not in TF_TYPES.values():
+            problems.append(f"{where}: {rtype!r} is not a TFJob replica type ({', '.join(TF_TYPES.values())})")
+        replicas = spec.get("replicas", 1)
+        if not isinstance(replicas, int) or replicas < 1:
+            problems.append(f"{where}.replicas: {replicas!r} creates no pod (TensorFlow's check: give at least 1)")
+    if "Chief" in specs and "Master" in specs:
+        problems.append("spec.tfReplicaSpecs: must not have more than 1 Chief or Master role")
+    for rtype in ("Chief", "Master"):
+        if specs.get(rtype, {}).get("replicas", 1) not in (1, None):
+            problems.append(f"spec.tfReplicaSpecs[{rtype}].replicas: TensorFlow accepts at most one chief task")
+    if "PS" in specs:
+        problems.append(
+            "spec.tfReplicaSpecs[PS]: train_mwms.py runs MultiWorkerMirroredStrategy, which has no ps tasks"
+        )
+    if problems:
+        raise ManifestError("TFJob", problems)
+    for rtype, spec in specs.items():
+        if spec.get("restartPolicy") in (None, "Never"):
+            notes.append(f"{rtype}: restartPolicy Never (the default): a failed pod is not restarted")
+    return notes
+
+
+def check_mpijob(job: dict[str, Any]) -> list[str]:
+    """mpi-operator's validation (validation.go, v0.8.0; the controller records a failure as a ValidationError
+    event). Returns notes; raises ManifestError with every problem."""
+    m = manifest(job)
+    spec = m.get("spec") or {}
+    problems = []
+    name = (m.get("metadata") or {}).get("name") or ""
+    replicas_spec = spec.get("mpiReplicaSpecs")
+    workers = ((replicas_spec or {}).get("Worker") or {}).get("replicas", 0)
+    last = f"{name}-worker-{max(0, (workers if isinstance(workers, int) else 1) - 1)}"
+    if not (DNS_1035.fullmatch(last) and len(last) <= 63):
+        problems.append(f"metadata.name: will not able to create pod and service with invalid DNS label {last!r}")
+    if not replicas_spec:
+        problems.append("spec.mpiReplicaSpecs: must have replica specs")
+    else:
+        if "Launcher" not in replicas_spec:
+            problems.append("spec.mpiReplicaSpecs[Launcher]: must have Launcher replica spec")
+        elif replicas_spec["Launcher"].get("replicas") != 1:
+            problems.append("spec.mpiReplicaSpecs[Launcher].replicas: must be 1")
+        if "Worker" in replicas_spec and (not isinstance(workers, int) or workers < 1):
+            problems.append("spec.mpiReplicaSpecs[Worker].replicas: must be greater than or equal to 1")
+        for rtype, rs in replicas_spec.items():
+            where = f"spec.mpiReplicaSpecs[{rtype}]"
+            if rs.get("replicas") is None:
+                problems.append(f"{where}.replicas: must define number of replicas")
+            if rs.get("restartPolicy") not in (None, "Never", "OnFailure"):
+                problems.append(f"{where}.restartPolicy: {rs.get('restartPolicy')!r} is not one of Never, OnFailure")
+            if not (((rs.get("template") or {}).get("spec") or {}).get("containers")):
+                problems.append(f"{where}.template.spec.containers: must define at least one container")
+    slots = spec.get("slotsPerWorker")
+    if slots is None:
+        problems.append("spec.slotsPerWorker: must have number of slots per worker")
+    elif not isinstance(slots, int) or slots < 0:
+        problems.append(f"spec.slotsPerWorker: {slots!r} must be greater than or equal to 0")
+    if not spec.get("sshAuthMountPath"):
+        problems.append("spec.sshAuthMountPath: must have a mount path for SSH credentials")
+    if spec.get("mpiImplementation") not in ("OpenMPI", "Intel", "MPICH"):
+        problems.append(
+            f"spec.mpiImplementation: {spec.get('mpiImplementation')!r} is not one of OpenMPI, Intel, MPICH"
+        )
+    clean = (spec.get("runPolicy") or {}).get("cleanPodPolicy")
+    if clean is None:
+        problems.append("spec.runPolicy.cleanPodPolicy: must have clean Pod policy")
+    elif clean not in ("None", "Running", "All"):
+        problems.append(f"spec.runPolicy.cleanPodPolicy: {clean!r} is not one of None, Running, All")
+    if problems:
+        raise ManifestError("MPIJob", problems)
+    return []
+
+
+# ---- what the operators give every pod --------------------------------------------------------------------------
+
+
+@dataclass
+class Pod:
+    """One pod of a job, as the operator creates it."""
+
+    name: str  # <job>-<type>-<index>, also its host name
+    replica_type: str  # Chief, Worker, Launcher, ...
+    index: int
+    dns: list[str]  # the names cluster DNS answers for it
+    command: list[str]
+    env: dict[str, str]  # the container's own variables, then what the operator adds
+    restart_policy: str
+    working_dir: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # path in the pod -> content (the operator's ConfigMap)
+
+
+def _tf_port(spec: dict[str, Any]) -> int:
+    """util.go GetPortFromTFJob: the container named tensorflow, its port named tfjob-port, else 2222."""
+    for c in spec["template"]["spec"]["containers"]:
+        if c.get("name") == TF_CONTAINER:
+            for port in c.get("ports") or []:
+                if port.get("name") == TF_PORT_NAME:
+                    return int(port["containerPort"])
+    return TF_PORT
+
+
+def tf_config(job: Any, rtype: str, index: int) -> str | None:
+    """TF_CONFIG for replica `index` of type `rtype`, the string the operator writes (genTFConfigJSONStr: Go's
+    json.Marshal, so compact, with the cluster's keys sorted); None for a job of one replica in all, which the
+    operator does not distribute (SetClusterSpec: isDistributed). Hosts are the pods' services,
+    <job>-<type>-<i>.<namespace>.svc:<port> (no cluster domain unless CUSTOM_CLUSTER_DOMAIN is set)."""
+    m = manifest(job)
+    name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    specs = _tf_specs(m)
+    if sum(s.get("replicas", 1) for s in specs.values()) == 1:
+        return None
+    cluster = {
+        rt.lower(): [f"{name}-{rt.lower()}-{i}.{namespace}.svc:{_tf_port(s)}" for i in range(s.get("replicas", 1))]
+        for rt, s in specs.items()
+    }
+    config = {
+        "cluster": dict(sorted(cluster.items())),
+        "task": {"type": TF_TYPES.get(rtype.lower(), rtype).lower(), "index": index},
+        "environment": "cloud",
+    }
+    return json.dumps(config, separators=(",", ":"))
+
+
+def tf_pods(job: Any) -> list[Pod]:
+    """Every pod of a TFJob with what the operator gives it (TF_CONFIG in the container named tensorflow)."""
+    m = manifest(job)
+    check_tfjob(m)
+    name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    pods = []
+    rank = ["Chief", "Master", "Worker", "PS", "Evaluator"]  # the chief first, as TensorFlow numbers the tasks
+    for rtype, spec in sorted(_tf_specs(m).items(), key=lambda kv: rank.index(kv[0])):
+        container = next(c for c in spec["template"]["spec"]["containers"] if c.get("name") == TF_CONTAINER)
+        for i in range(spec.get("replicas", 1)):
+            pod = f"{name}-{rtype.lower()}-{i}"
+            env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+            config = tf_config(m, rtype, i)
+            if config is not None:
+                env["TF_CONFIG"] = config
+            pods.append(
+                Pod(
+                    name=pod,
+                    replica_type=rtype,
+                    index=i,
+                    dns=[f"{pod}.{namespace}.svc", f"{pod}.{namespace}.svc.cluster.local"],
+                    command=[*(container.get("command") or []), *(container.get("args") or [])],
+                    env=env,
+                    restart_policy=spec.get("restartPolicy") or "Never",
+                    working_dir=container.get("workingDir", ""),
+                )
+            )
+    return pods
+
+
+def mpi_hostfile(job: dict[str, Any]) -> str:
+    """The hostfile of the job's ConfigMap (<job>-config, key hostfile, mounted at /etc/mpi), for Open MPI:
+    one line per worker, `<job>-worker-<i>.<job>.<namespace>.svc slots=<slotsPerWorker>`."""
+    m = manifest(job)
+    name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    spec = m["spec"]
+    workers = spec["mpiReplicaSpecs"].get("Worker", {}).get("replicas", 0)
+    return "".join(f"{name}-worker-{i}.{name}.{namespace}.svc slots={spec['slotsPerWorker']}\n" for i in range(workers))
+
+
+def mpi_launcher_env(job: dict[str, Any]) -> dict[str, str]:
+    """The variables the operator adds to the launcher for Open MPI (ompiEnvVars, and the job role)."""
+    spec = manifest(job)["spec"]
+    return {
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_default_hostfile": MPI_HOSTFILE,
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_MCA_orte_set_default_slots": str(spec["slotsPerWorker"]),
+        "K_MPI_JOB_ROLE": "launcher",
+        "NVIDIA_VISIBLE_DEVICES": "",
+        "NVIDIA_DRIVER_CAPABILITIES": "",
+    }
+
+
+def mpi_pods(job: dict[str, Any]) -> list[Pod]:
+    """The launcher and every worker of an MPIJob, with what the operator gives each (workers: hostname
+    <job>-worker-<i> in subdomain <job>, and `/usr/sbin/sshd -De` when their container has no command)."""
+    m = manifest(job)
+    check_mpijob(m)
+    name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    pods = []
+    for rtype in ("Launcher", "Worker"):
+        spec = m["spec"]["mpiReplicaSpecs"].get(rtype)
+        if not spec:
+            continue
+        container = spec["template"]["spec"]["containers"][0]
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        for i in range(spec["replicas"]):
+            pod = f"{name}-launcher" if rtype == "Launcher" else f"{name}-worker-{i}"
+            env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
+            files = {}
+            if rtype == "Launcher":
+                env.update(mpi_launcher_env(m))
+                files[MPI_HOSTFILE] = mpi_hostfile(m)
+            else:
+                env["K_MPI_JOB_ROLE"] = "worker"
+                command = command or ["/usr/sbin/sshd", "-De"]
+            pods.append(
+                Pod(
+                    name=pod,
+                    replica_type=rtype,
+                    index=i,
+                    dns=[f"{pod}.{name}.{namespace}.svc", f"{pod}.{name}.{namespace}.svc.cluster.local"],
+                    command=command,
+                    env=env,
+                    restart_policy=spec.get("restartPolicy") or "Never",
+                    working_dir=container.get("workingDir", ""),
+                    files=files,
+                )
+            )
+    return pods
+
+
+# ---- rehearsed on the network lab ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rehearsal:
+    """What a rehearsed job did: each pod's output, exit codes and restarts, and the run's wall time."""
+
+    pods: list[Pod]
+    output: dict[str, str]  # pod name -> what its container printed (all its runs)
+    exit_codes: dict[str, list[int]]  # pod name -> the exit code of each run of its container
+    seconds: float
+    bandwidth: str
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        return {name: len(codes) - 1 for name, codes in self.exit_codes.items()}
+
+    def records(self, prefix: str = "RESULT ") -> list[dict[str, Any]]:
+        """The JSON lines (`RESULT {...}`) the pods' programs printed, in the pods' order."""
+        from utils import launch
+
+        found = []
+        for pod in self.pods:
+            for line in launch.rank_lines(self.output.get(pod.name, "")):
+                if line.startswith(prefix):
+                    found.append({"pod": pod.name, **json.loads(line[len(prefix) :])})
+        return found
+
+
+def local_command(command: list[str]) -> list[str]:
+    """A container command as it runs on a lab host: the image's `python` is this environment's Python (the
+    image would hold the same packages); everything else, the paths under /opt/course included, is unchanged."""
+    return [sys.executable if Path(t).name in ("python", "python3") else t for t in command]
+
+
+def _pod_command(pod: Pod, limit: int) -> list[str]:
+    run = local_command(pod.command)
+    if pod.working_dir:
+        run = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', pod.working_dir, *run]
+    return [sys.executable, "-m", "utils.kubeflow", "_kubelet", pod.restart_policy, str(limit), "--", *run]
+
+
+def rehearse(
+    pods: list[Pod],
+    *,
+    bandwidth: str = "1gbit",
+    timeout: float = 600,
+    max_restarts: int = 3,
+    stream: bool | Any = True,
+    during: Any = None,
+) -> Rehearsal:
+    """Run a job's pods on the network lab: one host per pod, named as the pod, with the pod's service names in
+    the lab's hosts file (cluster DNS, played); the course's code mounted at /opt/course on every host (the
+    image's copy); the operator's files (an MPIJob's hostfile) mounted where the pod sees them. Pods whose
+    command is `/usr/sbin/sshd -De` (an MPIJob's workers) get the lab's sshd, with keys made for the run (the
+    operator's SSH secret); every other pod's container runs under the played kubelet, restarted as its
+    restartPolicy says. `during(lab)`, if given, runs in a thread while the job runs (to kill a container)."""
+    import tempfile
+    import threading
+
+    from utils import netlab, paths
+
+    start = time.monotonic()
+    sshd = [p for p in pods if p.command[:1] == ["/usr/sbin/sshd"]]
+    runs = [p for p in pods if p not in sshd]
+    with netlab.Lab(len(pods), bandwidth, names=[p.name for p in pods], aliases=[p.dns for p in pods]) as lab:
+        folder = Path(tempfile.mkdtemp(prefix="pod-files-", dir=lab._dir))
+        for i, pod in enumerate(pods):
+            lab.mount(i, paths.REPO_ROOT, CODE_IN_IMAGE)
+            for target, content in pod.files.items():  # the ConfigMap: a folder of its own, mounted at its path
+                volume = folder / f"{pod.name}{Path(target).parent}".replace("/", "_")
+                volume.mkdir()
+                (volume / Path(target).name).write_text(content)
+                lab.mount(i, volume, str(Path(target).parent))
+        extra: dict[str, str] = {}
+        if sshd:
+            config = lab.start_sshd(envs=[p.env for p in pods])
+            # the operator's ssh options, with the lab's keys and host names (OMPI_MCA_plm_rsh_args)
+            extra["OMPI_MCA_plm_rsh_args"] = f"-F {config} " + runs[0].env.get("OMPI_MCA_plm_rsh_args", "")
+        watcher = None
+        if during is not None:
+            watcher = threading.Thread(target=during, args=(lab,), daemon=True)
+            watcher.start()
+        result = lab.run(
+            [_pod_command(p, max_restarts) for p in runs],
+            hosts=[pods.index(p) for p in runs],
+            envs=[{**p.env, **extra} for p in runs],
+            timeout=timeout,
+            stream=stream,
+        )
+        if watcher is not None:
+            watcher.join(timeout=5)
+    output = {p.name: w.output for p, w in zip(runs, result.workers, strict=True)}
+    codes = {}
+    for p in runs:
+        last = [ln for ln in output[p.name].splitlines() if ln.startswith("POD ")]
+        codes[p.name] = json.loads(last[-1][4:])["exit_codes"] if last else []
+    return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth)
+
+
+def container_processes(lab: Any, pod: str, marker: str) -> list[Any]:
+    """The processes of `pod`'s container on the lab whose command line contains `marker` (found by the pod's
+    host name in their environment, as `kubectl exec` would find them)."""
+    import psutil
+
+    from utils import netlab
+
+    index = lab.names.index(pod)
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []) and proc.environ().get(netlab.INDEX_VAR) == str(index):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+# ---- the played kubelet -----------------------------------------------------------------------------------------
+
+BACKOFF = 1.0  # seconds before a restart (the kubelet's own back-off starts at 10 s and doubles; shortened here)
+
+
+def _kubelet_main(policy: str, limit: int, command: list[str]) -> int:
+    """Run a pod's container command and restart it as its restartPolicy says: OnFailure restarts it after a
+    non-zero exit, Never does not (the kubelet's rule). Prints one `RESTART {json}` line per restart and ends
+    with `POD {json}`: exit codes of every run."""
+    codes: list[int] = []
+    while True:
+        code = subprocess.run(command).returncode
+        codes.append(code)
+        if code == 0 or policy != "OnFailure" or len(codes) > limit:
+            break
+        print("RESTART " + json.dumps({"exit_code": code, "restarts": len(codes)}), flush=True)
+        time.sleep(BACKOFF)
+    print("POD " + json.dumps({"exit_codes": codes, "restarts": len(codes) - 1}), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 4 and sys.argv[1] == "_kubelet" and sys.argv[4] == "--":
+        sys.exit(_kubelet_main(sys.argv[2], int(sys.argv[3]), sys.argv[5:]))
+    sys.exit("usage: python -m utils.kubeflow _kubelet <restartPolicy> <max restarts> -- <command...>")
