@@ -42,6 +42,7 @@ TF_PORT_NAME, TF_PORT = "tfjob-port", 2222  # tensorflow_types.go: TFJobDefaultP
 TF_TYPES = {"ps": "PS", "worker": "Worker", "chief": "Chief", "master": "Master", "evaluator": "Evaluator"}
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # mpi_job_controller.go: configMountPath + hostfileName
 SSH_MOUNT = "/root/.ssh"  # v2beta1/default.go: the default sshAuthMountPath
+CHECKPOINTS = "/mnt/checkpoints"  # where a TFJob's pods mount their shared checkpoint volume
 CODE_IN_IMAGE = "/opt/course"  # where the job's image holds the course's code (the lesson's Dockerfile copies it)
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
@@ -69,10 +70,13 @@ def tfjob(
     restart_policy: str = "OnFailure",
     cpu: str | None = None,
     memory: str | None = None,
+    checkpoints: str | None = None,
 ):
     """A TFJob as the kubeflow-training SDK builds one (utils.get_container_spec, get_pod_template_spec,
-    get_tfjob_template): one container named `tensorflow`, the same pod template for every replica type."""
+    get_tfjob_template): one container named `tensorflow`, the same pod template for every replica type.
+    `checkpoints`: a PersistentVolumeClaim (shared by every pod, e.g. on Amazon EFS) mounted at /mnt/checkpoints."""
     from kubeflow.training.utils import utils as sdk
+    from kubernetes import client
 
     resources = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
     container = sdk.get_container_spec(
@@ -82,12 +86,15 @@ def tfjob(
         args=args,
         resources=resources or None,
         env_vars={"PYTHONPATH": CODE_IN_IMAGE, "PYTHONUNBUFFERED": "1"},
+        volume_mounts=[client.V1VolumeMount(name="checkpoints", mount_path=CHECKPOINTS)] if checkpoints else None,
     )
     container.working_dir = CODE_IN_IMAGE
+    claim = client.V1PersistentVolumeClaimVolumeSource(claim_name=checkpoints) if checkpoints else None
+    volumes = [client.V1Volume(name="checkpoints", persistent_volume_claim=claim)] if checkpoints else None
     job = sdk.get_tfjob_template(
         name=name,
         namespace=namespace,
-        pod_template_spec=sdk.get_pod_template_spec(containers=[container]),
+        pod_template_spec=sdk.get_pod_template_spec(containers=[container], volumes=volumes),
         num_workers=workers,
         num_chief_replicas=chief or None,
     )
@@ -289,6 +296,7 @@ class Pod:
     restart_policy: str
     working_dir: str = ""
     files: dict[str, str] = field(default_factory=dict)  # path in the pod -> content (the operator's ConfigMap)
+    claims: dict[str, str] = field(default_factory=dict)  # mount path -> PersistentVolumeClaim name
 
 
 def _tf_port(spec: dict[str, Any]) -> int:
@@ -338,11 +346,22 @@ def tf_pods(job: Any) -> list[Pod]:
             config = tf_config(m, rtype, i)
             if config is not None:
                 env["TF_CONFIG"] = config
+            volumes = {
+                v["name"]: v["persistentVolumeClaim"]["claimName"]
+                for v in spec["template"]["spec"].get("volumes") or []
+                if v.get("persistentVolumeClaim")
+            }
+            claims = {
+                vm["mountPath"]: volumes[vm["name"]]
+                for vm in container.get("volumeMounts") or []
+                if vm["name"] in volumes
+            }
             pods.append(
                 Pod(
                     name=pod,
                     replica_type=rtype,
                     index=i,
+                    claims=claims,
                     dns=[f"{pod}.{namespace}.svc", f"{pod}.{namespace}.svc.cluster.local"],
                     command=[*(container.get("command") or []), *(container.get("args") or [])],
                     env=env,
@@ -466,13 +485,16 @@ def rehearse(
     max_restarts: int = 3,
     stream: bool | Any = True,
     during: Any = None,
+    volumes: dict[str, Path] | None = None,
 ) -> Rehearsal:
     """Run a job's pods on the network lab: one host per pod, named as the pod, with the pod's service names in
     the lab's hosts file (cluster DNS, played); the course's code mounted at /opt/course on every host (the
     image's copy); the operator's files (an MPIJob's hostfile) mounted where the pod sees them. Pods whose
     command is `/usr/sbin/sshd -De` (an MPIJob's workers) get the lab's sshd, with keys made for the run (the
     operator's SSH secret); every other pod's container runs under the played kubelet, restarted as its
-    restartPolicy says. `during(lab)`, if given, runs in a thread while the job runs (to kill a container)."""
+    restartPolicy says. `during(lab)`, if given, runs in a thread while the job runs (to kill a container).
+    `volumes`: a folder of this machine for each PersistentVolumeClaim the pods mount (the volume itself, shared
+    by every pod that mounts it; a claim not given gets a new empty folder)."""
     import tempfile
     import threading
 
@@ -483,8 +505,13 @@ def rehearse(
     runs = [p for p in pods if p not in sshd]
     with netlab.Lab(len(pods), bandwidth, names=[p.name for p in pods], aliases=[p.dns for p in pods]) as lab:
         folder = Path(tempfile.mkdtemp(prefix="pod-files-", dir=lab._dir))
+        claims = dict(volumes or {})
         for i, pod in enumerate(pods):
             lab.mount(i, paths.REPO_ROOT, CODE_IN_IMAGE)
+            for target, claim in pod.claims.items():
+                if claim not in claims:
+                    claims[claim] = Path(tempfile.mkdtemp(prefix=f"claim-{claim}-", dir=lab._dir))
+                lab.mount(i, claims[claim], target)
             for target, content in pod.files.items():  # the ConfigMap: a folder of its own, mounted at its path
                 volume = folder / f"{pod.name}{Path(target).parent}".replace("/", "_")
                 volume.mkdir()
@@ -516,6 +543,17 @@ def rehearse(
     return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth)
 
 
+def mpi_rank_hosts(output: str) -> dict[int, str]:
+    """Which host each rank ran on, read from the job map that `mpirun --display-map` prints."""
+    found, node = {}, ""
+    for line in output.splitlines():
+        if m := re.search(r"Data for node: (\S+)", line):
+            node = m.group(1)
+        elif m := re.search(r"Process rank: (\d+)", line):
+            found[int(m.group(1))] = node
+    return dict(sorted(found.items()))
+
+
 def container_processes(lab: Any, pod: str, marker: str) -> list[Any]:
     """The processes of `pod`'s container on the lab whose command line contains `marker` (found by the pod's
     host name in their environment, as `kubectl exec` would find them)."""
@@ -527,7 +565,10 @@ def container_processes(lab: Any, pod: str, marker: str) -> list[Any]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
-            if marker in " ".join(proc.info["cmdline"] or []) and proc.environ().get(netlab.INDEX_VAR) == str(index):
+            line = " ".join(proc.info["cmdline"] or [])
+            if "_kubelet" in line:  # the played kubelet, not the container
+                continue
+            if marker in line and proc.environ().get(netlab.INDEX_VAR) == str(index):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -546,6 +587,7 @@ def _kubelet_main(policy: str, limit: int, command: list[str]) -> int:
     codes: list[int] = []
     while True:
         code = subprocess.run(command).returncode
+        code = 128 - code if code < 0 else code  # killed by signal N: the container runtime reports 128 + N
         codes.append(code)
         if code == 0 or policy != "OnFailure" or len(codes) > limit:
             break

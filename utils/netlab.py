@@ -544,11 +544,15 @@ class Lab:
             '  mount -t tmpfs tmpfs "$scratch" && mkdir "$scratch/upper" "$scratch/work"\n'
             '  mount -t overlay overlay -o "lowerdir=$parent,upperdir=$scratch/upper,workdir=$scratch/work" "$parent"\n'
             '  mkdir "$dst"\n'
+            # the overlay hides what was mounted below it: the lab's hosts file at /etc/hosts, when it covers /etc
+            '  case "/etc/hosts" in "${parent%/}"/*) mount --bind "$3" /etc/hosts ;; esac\n'
             "fi\n"
             'mount --bind "$src" "$dst"\n'
         )
         done = subprocess.run(
-            [*self.enter(index), "sh", "-c", script, str(source), target, str(scratch)], capture_output=True, text=True
+            [*self.enter(index), "sh", "-c", script, str(source), target, str(scratch), str(self._dir / "hosts")],
+            capture_output=True,
+            text=True,
         )
         if done.returncode != 0:
             raise LabError(f"could not show {source} at {target} on {self.names[index]}: {done.stderr.strip()}")
