@@ -219,3 +219,18 @@ def test_mpijob_on_the_lab_mpirun_reaches_the_worker_pods_through_the_hostfile()
     }
     records = run.records()
     assert sorted(r["rank"] for r in records) == [0, 1] and len({r["weights_checksum"] for r in records}) == 1
+
+
+def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path):
+    """The labelled stand-in: pods as local processes, service names as 127.0.0.1 with a port each, /opt/course
+    as this repository, the claim as its folder; the same TF_CONFIG otherwise, and the same training."""
+    args = ["--epochs", "1", "--checkpoint-dir", kf.CHECKPOINTS, *SHORT]
+    job = kf.tfjob("fc", workers=1, chief=1, image=IMAGE, command=MWMS, args=args, checkpoints="ckpt")
+    run = kf.rehearse(kf.tf_pods(job), where="loopback", volumes={"ckpt": tmp_path}, timeout=300, stream=False)
+    assert run.where == "loopback" and run.why_loopback == "asked for"
+    assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}
+    records = run.records()
+    assert [r["rank"] for r in records] == [0, 1] and len({r["weights_sha256"] for r in records}) == 1
+    assert json.loads((tmp_path / "state.json").read_text())["epoch"] == 1
+    with pytest.raises(netlab.LabError, match="sshd on its worker hosts"):
+        kf.rehearse(kf.mpi_pods(_mpi()), where="loopback")

@@ -447,6 +447,8 @@ class Rehearsal:
     exit_codes: dict[str, list[int]]  # pod name -> the exit code of each run of its container
     seconds: float
     bandwidth: str
+    where: str = "lab"  # "lab", or "loopback" (the stand-in where the lab cannot run)
+    why_loopback: str = ""
 
     @property
     def restarts(self) -> dict[str, int]:
@@ -486,6 +488,7 @@ def rehearse(
     stream: bool | Any = True,
     during: Any = None,
     volumes: dict[str, Path] | None = None,
+    where: str = "auto",
 ) -> Rehearsal:
     """Run a job's pods on the network lab: one host per pod, named as the pod, with the pod's service names in
     the lab's hosts file (cluster DNS, played); the course's code mounted at /opt/course on every host (the
@@ -494,12 +497,25 @@ def rehearse(
     operator's SSH secret); every other pod's container runs under the played kubelet, restarted as its
     restartPolicy says. `during(lab)`, if given, runs in a thread while the job runs (to kill a container).
     `volumes`: a folder of this machine for each PersistentVolumeClaim the pods mount (the volume itself, shared
-    by every pod that mounts it; a claim not given gets a new empty folder)."""
+    by every pod that mounts it; a claim not given gets a new empty folder). `where`: "auto" takes the lab where
+    it runs, else loopback (`rehearse_on_loopback`); "lab" or "loopback" insist."""
     import tempfile
     import threading
 
     from utils import netlab, paths
 
+    if where not in ("auto", "lab", "loopback"):
+        raise ValueError(f"where must be 'auto', 'lab' or 'loopback', got {where!r}")
+    sup = netlab.support()
+    if where == "loopback" or (where == "auto" and not sup.available):
+        return rehearse_on_loopback(
+            pods,
+            timeout=timeout,
+            max_restarts=max_restarts,
+            stream=stream,
+            volumes=volumes,
+            why="asked for" if where == "loopback" else f"the network lab cannot run here: {sup.reason}",
+        )
     start = time.monotonic()
     sshd = [p for p in pods if p.command[:1] == ["/usr/sbin/sshd"]]
     runs = [p for p in pods if p not in sshd]
@@ -541,6 +557,62 @@ def rehearse(
         last = [ln for ln in output[p.name].splitlines() if ln.startswith("POD ")]
         codes[p.name] = json.loads(last[-1][4:])["exit_codes"] if last else []
     return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth)
+
+
+def rehearse_on_loopback(
+    pods: list[Pod],
+    *,
+    timeout: float = 600,
+    max_restarts: int = 3,
+    stream: bool | Any = True,
+    volumes: dict[str, Path] | None = None,
+    why: str = "",
+) -> Rehearsal:
+    """The stand-in where the lab cannot run (no root and no user namespaces, or not Linux): every pod is a process
+    of this machine. Its service names in TF_CONFIG become 127.0.0.1 with a port of its own, /opt/course is this
+    repository, and each claim's mount path is its folder. A TFJob only: an MPIJob's launcher needs sshd on other
+    hosts (lesson 07 says where that runs)."""
+    import tempfile
+    import uuid
+
+    from utils import launch, paths
+
+    if any(p.command[:1] == ["/usr/sbin/sshd"] for p in pods):
+        from utils import netlab
+
+        raise netlab.LabError(f"an MPIJob needs sshd on its worker hosts, which only the network lab has ({why})")
+    start = time.monotonic()
+    ports = dict(zip([p.dns[0] for p in pods], launch.free_ports(len(pods)), strict=True))
+    folders = dict(volumes or {})
+    mapped = {CODE_IN_IMAGE: str(paths.REPO_ROOT)}
+    for pod in pods:
+        for target, claim in pod.claims.items():
+            folders.setdefault(claim, Path(tempfile.mkdtemp(prefix=f"claim-{claim}-")))
+            mapped[target] = str(folders[claim])
+
+    def local(text: str) -> str:
+        text = re.sub(r"([a-z0-9.-]+\.svc):\d+", lambda m: f"127.0.0.1:{ports[m.group(1)]}", text)
+        for image_path, here in mapped.items():
+            text = text.replace(image_path, here)
+        return text
+
+    commands, envs = [], []
+    for pod in pods:
+        moved = Pod(
+            **{**pod.__dict__, "command": [local(t) for t in pod.command], "working_dir": local(pod.working_dir)}
+        )
+        commands.append(_pod_command(moved, max_restarts))
+        envs.append(launch._base_env(1, uuid.uuid4().hex, {k: local(v) for k, v in pod.env.items()}))
+    run_id = uuid.uuid4().hex
+    for env in envs:
+        env[launch.RUN_MARKER] = run_id
+    result = launch.run_workers(commands, envs, timeout=timeout, run_id=run_id, stream=stream)
+    output = {p.name: w.output for p, w in zip(pods, result.workers, strict=True)}
+    codes = {}
+    for p in pods:
+        last = [ln for ln in output[p.name].splitlines() if ln.startswith("POD ")]
+        codes[p.name] = json.loads(last[-1][4:])["exit_codes"] if last else []
+    return Rehearsal(pods, output, codes, time.monotonic() - start, "unshaped (loopback)", "loopback", why)
 
 
 def mpi_rank_hosts(output: str) -> dict[int, str]:
