@@ -109,6 +109,10 @@ def test_wrong_field_types_fail_in_the_sdk_models():
         kf.load_tfjob(m)
     with pytest.raises(kf.ManifestError, match="expected TFJob"):
         kf.load_tfjob({"kind": "PyTorchJob"})
+    # the CRD requires only spec.tfReplicaSpecs: a TFJob without runPolicy is accepted, as the API server accepts it
+    del m["spec"]["runPolicy"]
+    m["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = 2
+    assert kf.load_tfjob(m).spec.tf_replica_specs["Worker"].replicas == 2
 
 
 def _mpi(**kw):

@@ -757,3 +757,56 @@ def check_warm_fraction_alone(answer: float | None, work: Any) -> bool:
         return False
     print(f"[{name}] correct: {share:.1%} of a from-scratch run")
     return True
+
+
+def check_tfjob(job: Any, *, chief: int = 1, workers: int = 2, run: bool = True, epochs: int = 1) -> bool:
+    """Lesson 09's exercise: a TFJob (SDK model, dict or YAML text) for train_mwms.py with `chief` chief and `workers`
+    workers. Checks it as the operator would (admission rules), builds every pod's TF_CONFIG from it and checks
+    the cluster they describe; then (run=True) runs its pods on the network lab (or loopback) for `epochs` epochs
+    and checks that every replica ended with identical weights."""
+    from utils import kubeflow, launch
+
+    if job is None:
+        print("[TFJob] not answered yet: return your TFJob from my_tfjob() and run the cell again.")
+        return False
+    try:
+        manifest = kubeflow.manifest(kubeflow.load_tfjob(job) if isinstance(job, (str, dict)) else job)
+        kubeflow.check_tfjob(manifest)
+        pods = kubeflow.tf_pods(manifest)
+    except (kubeflow.ManifestError, KeyError, TypeError, AttributeError) as err:
+        print(f"[TFJob] the operator would not run it: {err}")
+        return False
+    counts = {t: sum(p.replica_type == t for p in pods) for t in ("Chief", "Worker")}
+    if counts != {"Chief": chief, "Worker": workers}:
+        print(f"[TFJob] it has {counts}; the exercise asks for {chief} chief and {workers} workers.")
+        return False
+    container = " ".join(pods[0].command)
+    if "train_mwms.py" not in container:
+        print(f"[TFJob] its container runs {container!r}: run scripts/train_mwms.py (at /opt/course in the image).")
+        return False
+    configs = [json.loads(p.env["TF_CONFIG"]) for p in pods]
+    tasks = [(c["task"]["type"], c["task"]["index"]) for c in configs]
+    print("TF_CONFIG of each pod:", ", ".join(f"{p.name}: task {t}" for p, t in zip(pods, tasks, strict=True)))
+    print("cluster:", json.dumps(configs[0]["cluster"]))
+    if not run:
+        return True
+    try:
+        done = kubeflow.rehearse(
+            [
+                kubeflow.Pod(**{**p.__dict__, "command": p.command + ["--epochs", str(epochs), "--data-size", "3000"]})
+                for p in pods
+            ],
+            timeout=300,
+            stream=False,
+        )
+    except launch.WorkerError as err:
+        print(f"[TFJob] its pods failed: {err.reason}")
+        return False
+    records = done.records()
+    same = len({r["weights_sha256"] for r in records}) == 1 and len(records) == chief + workers
+    where = "the network lab" if done.where == "lab" else f"loopback ({done.why_loopback})"
+    print(
+        f"[TFJob] {'correct' if same else 'WRONG'}: {len(records)} pods trained on {where} in {done.seconds:.0f} s, "
+        f"{'identical' if same else 'different'} weights (sizes {sorted({r['size'] for r in records})})"
+    )
+    return same
