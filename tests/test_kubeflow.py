@@ -76,14 +76,14 @@ def test_port_named_tfjob_port_and_a_single_replica():
     "change, message",
     [
         (lambda m: m["metadata"].update(name="Forecaster_1"), "should match a DNS-1035 label"),
-        (lambda m: m["spec"].pop("tfReplicaSpecs"), "spec.tfReplicaSpecs: must be required"),
+        (lambda m: m["spec"].pop("tfReplicaSpecs"), "spec.tfReplicaSpecs: Required value: must be required"),
         (
             lambda m: m["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].update(name="tf"),
             "must have at least one container with name tensorflow",
         ),
         (
             lambda m: m["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].pop("image"),
-            "containers[0].image: must be required",
+            "containers[0].image: Required value: must be required",
         ),
         (
             lambda m: m["spec"]["tfReplicaSpecs"].update(Master=m["spec"]["tfReplicaSpecs"]["Chief"]),
@@ -91,7 +91,7 @@ def test_port_named_tfjob_port_and_a_single_replica():
         ),
         (lambda m: m["spec"]["tfReplicaSpecs"]["Chief"].update(replicas=2), "at most one chief task"),
         (lambda m: m["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=0), "creates no pod"),
-        (lambda m: m["spec"]["tfReplicaSpecs"].update(Boss=m["spec"]["tfReplicaSpecs"]["Chief"]), "not a TFJob"),
+        (lambda m: m["spec"]["tfReplicaSpecs"].update(PS=m["spec"]["tfReplicaSpecs"]["Chief"]), "no ps task"),
     ],
 )
 def test_bad_tfjobs_are_refused_with_the_operators_message(change, message):
@@ -140,13 +140,15 @@ def test_mpijob_hostfile_launcher_variables_and_pods():
     "change, message",
     [
         (lambda s: s["mpiReplicaSpecs"].pop("Launcher"), "must have Launcher replica spec"),
-        (lambda s: s["mpiReplicaSpecs"]["Launcher"].update(replicas=2), "Launcher].replicas: must be 1"),
+        (lambda s: s["mpiReplicaSpecs"]["Launcher"].update(replicas=2), "Launcher].replicas: Invalid value: must be 1"),
         (lambda s: s["mpiReplicaSpecs"]["Worker"].update(replicas=0), "must be greater than or equal to 1"),
-        (lambda s: s.pop("slotsPerWorker"), "must have number of slots per worker"),
-        (lambda s: s.update(mpiImplementation="MVAPICH"), "is not one of OpenMPI, Intel, MPICH"),
-        (lambda s: s["runPolicy"].pop("cleanPodPolicy"), "must have clean Pod policy"),
-        (lambda s: s["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Always"), "not one of Never, OnFailure"),
-        (lambda s: s.update(sshAuthMountPath=""), "must have a mount path for SSH credentials"),
+        (lambda s: s.update(slotsPerWorker=-1), "slotsPerWorker: Invalid value: -1"),
+        (lambda s: s.update(mpiImplementation="MVAPICH"), 'Unsupported value: "MVAPICH"'),
+        (lambda s: s["runPolicy"].update(cleanPodPolicy="Sometimes"), 'Unsupported value: "Sometimes"'),
+        (
+            lambda s: s["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Always"),
+            'supported values: "Never", "OnFailure"',
+        ),
     ],
 )
 def test_bad_mpijobs_are_refused_with_the_operators_message(change, message):
@@ -155,6 +157,27 @@ def test_bad_mpijobs_are_refused_with_the_operators_message(change, message):
     with pytest.raises(kf.ManifestError, match=re.escape(message)):
         kf.check_mpijob(m)
     assert kf.check_mpijob(_mpi()) == []
+
+
+def test_mpijob_defaults_are_applied_before_validation():
+    """default.go fills what a user leaves out; the controller validates after that, so these are accepted."""
+    m = copy.deepcopy(_mpi())
+    for key in ("slotsPerWorker", "sshAuthMountPath", "mpiImplementation"):
+        m["spec"].pop(key)
+    m["spec"]["runPolicy"].pop("cleanPodPolicy")
+    m["spec"]["mpiReplicaSpecs"]["Worker"].pop("restartPolicy")
+    assert kf.check_mpijob(m) == []
+    filled = kf.mpijob_defaults(m)["spec"]
+    assert (filled["slotsPerWorker"], filled["sshAuthMountPath"], filled["mpiImplementation"]) == (
+        1,
+        "/root/.ssh",
+        "OpenMPI",
+    )
+    assert (
+        filled["runPolicy"]["cleanPodPolicy"] == "None"
+        and filled["mpiReplicaSpecs"]["Worker"]["restartPolicy"] == "Never"
+    )
+    assert kf.mpi_hostfile(m).endswith("slots=1\n")
 
 
 def test_the_played_kubelet_restarts_on_failure_only(tmp_path):

@@ -767,7 +767,7 @@ def check_tfjob(job: Any, *, chief: int = 1, workers: int = 2, run: bool = True,
     from utils import kubeflow, launch
 
     if job is None:
-        print("[TFJob] not answered yet: return your TFJob from my_tfjob() and run the cell again.")
+        print("[TFJob] not answered yet: set my_tfjob to your TFJob's YAML text and run the cell again.")
         return False
     try:
         manifest = kubeflow.manifest(kubeflow.load_tfjob(job) if isinstance(job, (str, dict)) else job)
@@ -779,6 +779,10 @@ def check_tfjob(job: Any, *, chief: int = 1, workers: int = 2, run: bool = True,
     counts = {t: sum(p.replica_type == t for p in pods) for t in ("Chief", "Worker")}
     if counts != {"Chief": chief, "Worker": workers}:
         print(f"[TFJob] it has {counts}; the exercise asks for {chief} chief and {workers} workers.")
+        return False
+    never = sorted({p.replica_type for p in pods if p.restart_policy != "OnFailure"})
+    if never:
+        print(f"[TFJob] {', '.join(never)}: restartPolicy is not OnFailure (the operator's default is Never).")
         return False
     container = " ".join(pods[0].command)
     if "train_mwms.py" not in container:

@@ -52,7 +52,8 @@ class ManifestError(ValueError):
 
     def __init__(self, kind: str, problems: list[str]):
         self.problems = problems
-        super().__init__(f"this {kind} would be refused:\n" + "\n".join(f"  - {p}" for p in problems))
+        verdict = "fails the operator's validation" if kind == "MPIJob" else "would be refused"
+        super().__init__(f"this {kind} {verdict}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 # ---- building manifests -----------------------------------------------------------------------------------------
@@ -191,43 +192,50 @@ def _tf_specs(job: Any) -> dict[str, dict[str, Any]]:
 
 
 def check_tfjob(job: Any) -> list[str]:
-    """The TFJob webhook's rules (tfjob_webhook.go, v1.9.4), and TensorFlow's own for MultiWorkerMirroredStrategy.
-    Returns the notes on a valid job; raises ManifestError with every problem otherwise."""
+    """The TFJob admission webhook's rules (pkg/webhooks/tensorflow/tfjob_webhook.go, v1.9.4), in the form kubectl
+    shows them (field: Required value / Forbidden / Invalid value: message), then the rules of TensorFlow and of
+    the course's train_mwms.py (MultiWorkerMirroredStrategy), marked as theirs. Returns notes on a valid job;
+    raises ManifestError with every problem otherwise. (The webhook's runPolicy checks, managedBy, are left out.)"""
     m = manifest(job)
     problems, notes = [], []
     name = m.get("metadata", {}).get("name") or ""
     if not (DNS_1035.fullmatch(name) and len(name) <= 63):
         problems.append(
-            f"metadata.name {name!r}: should match a DNS-1035 label (lower-case letters, digits and '-', starting "
-            "with a letter, at most 63 characters)"
+            f"metadata.name: Invalid value: {name!r}: should match a DNS-1035 label (lower-case letters, digits "
+            "and '-', starting with a letter, at most 63 characters)"
         )
     specs = _tf_specs(m)
     if not specs:
-        problems.append("spec.tfReplicaSpecs: must be required")
+        problems.append("spec.tfReplicaSpecs: Required value: must be required")
     for rtype, spec in specs.items():
         where = f"spec.tfReplicaSpecs[{rtype}]"
         containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
         if not containers:
-            problems.append(f"{where}.template.spec.containers: must be specified")
+            problems.append(f"{where}.template.spec.containers: Required value: must be specified")
         for i, c in enumerate(containers):
             if not c.get("image"):
-                problems.append(f"{where}.template.spec.containers[{i}].image: must be required")
+                problems.append(f"{where}.template.spec.containers[{i}].image: Required value: must be required")
         if containers and not any(c.get("name") == TF_CONTAINER for c in containers):
-            problems.append(f"{where}.template.spec.containers: must have at least one container with name tensorflow")
-        if rtype not in TF_TYPES.values():
-            problems.append(f"{where}: {rtype!r} is not a TFJob replica type ({', '.join(TF_TYPES.values())})")
-        replicas = spec.get("replicas", 1)
-        if not isinstance(replicas, int) or replicas < 1:
-            problems.append(f"{where}.replicas: {replicas!r} creates no pod (TensorFlow's check: give at least 1)")
+            problems.append(
+                f"{where}.template.spec.containers: Required value: must have at least one container with name "
+                "tensorflow"
+            )
     if "Chief" in specs and "Master" in specs:
-        problems.append("spec.tfReplicaSpecs: must not have more than 1 Chief or Master role")
-    for rtype in ("Chief", "Master"):
-        if specs.get(rtype, {}).get("replicas", 1) not in (1, None):
-            problems.append(f"spec.tfReplicaSpecs[{rtype}].replicas: TensorFlow accepts at most one chief task")
-    if "PS" in specs:
-        problems.append(
-            "spec.tfReplicaSpecs[PS]: train_mwms.py runs MultiWorkerMirroredStrategy, which has no ps tasks"
-        )
+        problems.append("spec.tfReplicaSpecs: Forbidden: must not have more than 1 Chief or Master role")
+    # TensorFlow's and the script's own (not the operator's): MultiWorkerMirroredStrategy numbers a chief and
+    # workers only (multi_worker_util.id_in_cluster), and utils/job.py reads just those two task types.
+    for rtype, spec in specs.items():
+        where = f"spec.tfReplicaSpecs[{rtype}]"
+        replicas = spec.get("replicas", 1)
+        if rtype not in ("Chief", "Worker"):
+            problems.append(
+                f"{where}: TensorFlow's MultiWorkerMirroredStrategy (train_mwms.py) has only chief and worker tasks, "
+                f"no {rtype.lower()} task (the operator accepts {rtype} replicas; the script would refuse its TF_CONFIG)"
+            )
+        if not isinstance(replicas, int) or replicas < 1:
+            problems.append(f"{where}.replicas: {replicas!r} creates no pod (the course's check: give at least 1)")
+        elif rtype == "Chief" and replicas != 1:
+            problems.append(f"{where}.replicas: TensorFlow accepts at most one chief task, got {replicas}")
     if problems:
         raise ManifestError("TFJob", problems)
     for rtype, spec in specs.items():
@@ -236,51 +244,75 @@ def check_tfjob(job: Any) -> list[str]:
     return notes
 
 
+def mpijob_defaults(job: dict[str, Any]) -> dict[str, Any]:
+    """The MPIJob after the operator's defaults (v2beta1/default.go), which the controller applies before it
+    validates: slotsPerWorker 1, sshAuthMountPath /root/.ssh, OpenMPI, cleanPodPolicy None, one launcher
+    restarted OnFailure, workers restarted Never."""
+    m = json.loads(json.dumps(manifest(job)))
+    spec = m.setdefault("spec", {})
+    spec.setdefault("slotsPerWorker", 1)
+    spec["sshAuthMountPath"] = spec.get("sshAuthMountPath") or SSH_MOUNT
+    spec["mpiImplementation"] = spec.get("mpiImplementation") or "OpenMPI"
+    run = spec.setdefault("runPolicy", {})
+    run["cleanPodPolicy"] = run.get("cleanPodPolicy") or "None"
+    for rtype, restart in (("Launcher", "OnFailure"), ("Worker", "Never")):
+        rs = (spec.get("mpiReplicaSpecs") or {}).get(rtype)
+        if isinstance(rs, dict):
+            rs["restartPolicy"] = rs.get("restartPolicy") or restart
+            if rtype == "Launcher":
+                rs.setdefault("replicas", 1)
+    return m
+
+
 def check_mpijob(job: dict[str, Any]) -> list[str]:
-    """mpi-operator's validation (validation.go, v0.8.0; the controller records a failure as a ValidationError
-    event). Returns notes; raises ManifestError with every problem."""
-    m = manifest(job)
-    spec = m.get("spec") or {}
+    """mpi-operator's validation (pkg/apis/kubeflow/validation/validation.go, v0.8.0) after its defaults. It is not
+    an admission check: the MPIJob is created, and the controller records the problems as a ValidationError event,
+    "Found validation errors: ..." (kubectl describe mpijob). Returns notes; raises ManifestError."""
+    m = mpijob_defaults(job)
+    spec = m["spec"]
     problems = []
     name = (m.get("metadata") or {}).get("name") or ""
     replicas_spec = spec.get("mpiReplicaSpecs")
     workers = ((replicas_spec or {}).get("Worker") or {}).get("replicas", 0)
     last = f"{name}-worker-{max(0, (workers if isinstance(workers, int) else 1) - 1)}"
     if not (DNS_1035.fullmatch(last) and len(last) <= 63):
-        problems.append(f"metadata.name: will not able to create pod and service with invalid DNS label {last!r}")
+        problems.append(
+            f"metadata.name: Invalid value: {name!r}: will not able to create pod and service with invalid DNS label "
+            f"{last!r}"
+        )
     if not replicas_spec:
-        problems.append("spec.mpiReplicaSpecs: must have replica specs")
+        problems.append("spec.mpiReplicaSpecs: Required value: must have replica specs")
     else:
         if "Launcher" not in replicas_spec:
-            problems.append("spec.mpiReplicaSpecs[Launcher]: must have Launcher replica spec")
+            problems.append("spec.mpiReplicaSpecs[Launcher]: Required value: must have Launcher replica spec")
         elif replicas_spec["Launcher"].get("replicas") != 1:
-            problems.append("spec.mpiReplicaSpecs[Launcher].replicas: must be 1")
+            problems.append("spec.mpiReplicaSpecs[Launcher].replicas: Invalid value: must be 1")
         if "Worker" in replicas_spec and (not isinstance(workers, int) or workers < 1):
-            problems.append("spec.mpiReplicaSpecs[Worker].replicas: must be greater than or equal to 1")
+            problems.append("spec.mpiReplicaSpecs[Worker].replicas: Invalid value: must be greater than or equal to 1")
         for rtype, rs in replicas_spec.items():
             where = f"spec.mpiReplicaSpecs[{rtype}]"
             if rs.get("replicas") is None:
-                problems.append(f"{where}.replicas: must define number of replicas")
-            if rs.get("restartPolicy") not in (None, "Never", "OnFailure"):
-                problems.append(f"{where}.restartPolicy: {rs.get('restartPolicy')!r} is not one of Never, OnFailure")
+                problems.append(f"{where}.replicas: Required value: must define number of replicas")
+            if rs.get("restartPolicy") not in ("Never", "OnFailure"):
+                problems.append(
+                    f'{where}.restartPolicy: Unsupported value: "{rs.get("restartPolicy")}": supported values: '
+                    '"Never", "OnFailure"'
+                )
             if not (((rs.get("template") or {}).get("spec") or {}).get("containers")):
-                problems.append(f"{where}.template.spec.containers: must define at least one container")
+                problems.append(f"{where}.template.spec.containers: Required value: must define at least one container")
     slots = spec.get("slotsPerWorker")
-    if slots is None:
-        problems.append("spec.slotsPerWorker: must have number of slots per worker")
-    elif not isinstance(slots, int) or slots < 0:
-        problems.append(f"spec.slotsPerWorker: {slots!r} must be greater than or equal to 0")
-    if not spec.get("sshAuthMountPath"):
-        problems.append("spec.sshAuthMountPath: must have a mount path for SSH credentials")
-    if spec.get("mpiImplementation") not in ("OpenMPI", "Intel", "MPICH"):
+    if not isinstance(slots, int) or slots < 0:
+        problems.append(f"spec.slotsPerWorker: Invalid value: {slots!r}: must be greater than or equal to 0")
+    if spec["mpiImplementation"] not in ("OpenMPI", "Intel", "MPICH"):
         problems.append(
-            f"spec.mpiImplementation: {spec.get('mpiImplementation')!r} is not one of OpenMPI, Intel, MPICH"
+            f'spec.mpiImplementation: Unsupported value: "{spec["mpiImplementation"]}": supported values: '
+            '"OpenMPI", "Intel", "MPICH"'
         )
-    clean = (spec.get("runPolicy") or {}).get("cleanPodPolicy")
-    if clean is None:
-        problems.append("spec.runPolicy.cleanPodPolicy: must have clean Pod policy")
-    elif clean not in ("None", "Running", "All"):
-        problems.append(f"spec.runPolicy.cleanPodPolicy: {clean!r} is not one of None, Running, All")
+    clean = spec["runPolicy"]["cleanPodPolicy"]
+    if clean not in ("None", "Running", "All"):
+        problems.append(
+            f'spec.runPolicy.cleanPodPolicy: Unsupported value: "{clean}": supported values: "None", "Running", "All"'
+        )
     if problems:
         raise ManifestError("MPIJob", problems)
     return []
@@ -381,7 +413,7 @@ def tf_pods(job: Any) -> list[Pod]:
 def mpi_hostfile(job: dict[str, Any]) -> str:
     """The hostfile of the job's ConfigMap (<job>-config, key hostfile, mounted at /etc/mpi), for Open MPI:
     one line per worker, `<job>-worker-<i>.<job>.<namespace>.svc slots=<slotsPerWorker>`."""
-    m = manifest(job)
+    m = mpijob_defaults(job)
     name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
     spec = m["spec"]
     workers = spec["mpiReplicaSpecs"].get("Worker", {}).get("replicas", 0)
@@ -390,7 +422,7 @@ def mpi_hostfile(job: dict[str, Any]) -> str:
 
 def mpi_launcher_env(job: dict[str, Any]) -> dict[str, str]:
     """The variables the operator adds to the launcher for Open MPI (ompiEnvVars, and the job role)."""
-    spec = manifest(job)["spec"]
+    spec = mpijob_defaults(job)["spec"]
     return {
         "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
         "OMPI_MCA_orte_default_hostfile": MPI_HOSTFILE,
@@ -405,8 +437,8 @@ def mpi_launcher_env(job: dict[str, Any]) -> dict[str, str]:
 def mpi_pods(job: dict[str, Any]) -> list[Pod]:
     """The launcher and every worker of an MPIJob, with what the operator gives each (workers: hostname
     <job>-worker-<i> in subdomain <job>, and `/usr/sbin/sshd -De` when their container has no command)."""
-    m = manifest(job)
-    check_mpijob(m)
+    check_mpijob(job)
+    m = mpijob_defaults(job)
     name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
     pods = []
     for rtype in ("Launcher", "Worker"):
@@ -670,14 +702,26 @@ def prices() -> dict[str, float]:
     return out
 
 
-def engines(instances: int, hours_per_run: float, instance: str = "p3.2xlarge", runs_per_day: int = 24):
+def engines(
+    instances: int,
+    hours_per_run: float,
+    instance: str = "p3.2xlarge",
+    runs_per_day: int = 24,
+    startup_minutes: float = 0.0,
+    system_node: str = "m5.xlarge",
+):
     """A day of an hourly job of `instances` × `instance` running `hours_per_run` each time, on three engines,
-    priced from the data files (a pandas DataFrame; NaN where no sourced price exists)."""
+    priced from the data files (a pandas DataFrame; NaN where no sourced price exists). An EKS cluster also keeps
+    one `system_node` up for CoreDNS, the operators and the autoscaler; nodes started for each run are billed for
+    `startup_minutes` more (joining the cluster, pulling the image). Not priced: EFS storage and throughput, data
+    transfer (a NAT gateway for image pulls), SageMaker's own start-up."""
     import pandas as pd
 
     p = prices()
     ml, ec2, eks = p[f"ml.{instance}"], p[f"ec2 {instance}"], p["eks control plane (standard support)"]
+    eks += p[f"ec2 {system_node}"]  # the cluster's always-on part: control plane and one system node
     busy = instances * hours_per_run * runs_per_day  # instance-hours of training a day
+    started = instances * startup_minutes / 60 * runs_per_day  # node-hours a day spent starting
     rows = [
         {
             "engine": "SageMaker training jobs",
@@ -689,10 +733,11 @@ def engines(instances: int, hours_per_run: float, instance: str = "p3.2xlarge", 
         },
         {
             "engine": "EKS + Kubeflow, nodes scaled to zero between runs",
-            "$ a day": busy * ec2 + 24 * eks,
+            "$ a day": (busy + started) * ec2 + 24 * eks,
             "$ a day while idle": 24 * eks,
             "the team operates": "the cluster, node groups, autoscaler, Training Operator, mpi-operator, upgrades",
-            "spot": "spot node groups; restartPolicy and a shared volume for checkpoints (this lesson)",
+            "spot": "spot node groups; a reclaimed node's pods are created again on a new node (minutes), and "
+            "resume from checkpoints on a shared volume",
             "change to the course's scripts": "none: TF_CONFIG from the operator; the TFJob and MPIJob manifests",
         },
         {
@@ -707,9 +752,10 @@ def engines(instances: int, hours_per_run: float, instance: str = "p3.2xlarge", 
             "engine": "SageMaker HyperPod (a persistent cluster, Slurm or EKS)",
             "$ a day": float("nan"),
             "$ a day while idle": float("nan"),
-            "the team operates": "the cluster's jobs and its software; AWS replaces failed nodes",
+            "the team operates": "the cluster's software and jobs; AWS watches and replaces failed nodes",
             "spot": "not covered here (no sourced HyperPod price in data/ either)",
-            "change to the course's scripts": "depends on the orchestrator (Slurm: srun/mpirun; EKS: as above)",
+            "change to the course's scripts": "Slurm: srun or mpirun lines; EKS: the TFJob and MPIJob of this lesson "
+            "(its Helm chart installs the Training Operator), and the EKS control-plane fee",
         },
     ]
     return pd.DataFrame(rows).set_index("engine")
