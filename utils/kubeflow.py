@@ -586,6 +586,7 @@ def rehearse(
             envs=[{**p.env, **extra} for p in runs],
             timeout=timeout,
             stream=stream,
+            names=[p.name for p in runs],
         )
         if watcher is not None:
             watcher.join(timeout=5)
@@ -644,7 +645,9 @@ def rehearse_on_loopback(
     run_id = uuid.uuid4().hex
     for env in envs:
         env[launch.RUN_MARKER] = run_id
-    result = launch.run_workers(commands, envs, timeout=timeout, run_id=run_id, stream=stream)
+    result = launch.run_workers(
+        commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
+    )
     output = {p.name: w.output for p, w in zip(pods, result.workers, strict=True)}
     codes = {}
     for p in pods:

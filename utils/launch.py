@@ -499,7 +499,8 @@ def run_workers(
             offsets[w.rank] += cut
             for line in data[:cut].decode(errors="replace").splitlines():
                 if show(line):
-                    print(f"[worker {w.rank}] {line}" if len(commands) > 1 else line, flush=True)
+                    label = names[w.rank] if names else f"worker {w.rank}"
+                    print(f"[{label}] {line}" if len(commands) > 1 else line, flush=True)
 
     try:
         for rank, (cmd, env) in enumerate(zip(commands, envs, strict=True)):

@@ -416,10 +416,12 @@ class Lab:
         until: Sequence[int] | None = None,
         run_id: str | None = None,
         log_dir: Path | None = None,
+        names: Sequence[str] | None = None,
     ):
         """Run commands[i] on host hosts[i] (default: command i on host i) through the course's launcher:
         bounded by `timeout`, every process stopped if one fails (`run_id` marks them all: launch.kill_run
-        stops them). Returns utils.launch.RunResult."""
+        stops them). `names` labels each command's lines and failures (default "worker i").
+        Returns utils.launch.RunResult."""
         import uuid
 
         from utils import launch
@@ -435,7 +437,7 @@ class Lab:
             full.append([*self.enter(h), *map(str, cmd)])
             all_envs.append(env)
         return launch.run_workers(
-            full, all_envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream, until=until
+            full, all_envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream, until=until, names=names
         )
 
     def measure(self, seconds: float = 1.0, timeout: float = 60) -> list[LinkMeasurement]:
