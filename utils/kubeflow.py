@@ -504,6 +504,15 @@ class Rehearsal:
         return found
 
 
+def _exit_codes(output: dict[str, str]) -> dict[str, list[int]]:
+    """Each pod's exit codes, one per run of its container, from the played kubelet's last `POD {json}` line."""
+    codes = {}
+    for name, text in output.items():
+        last = [ln for ln in text.splitlines() if ln.startswith("POD ")]
+        codes[name] = json.loads(last[-1][4:])["exit_codes"] if last else []
+    return codes
+
+
 def local_command(command: list[str]) -> list[str]:
     """A container command as it runs on a lab host: the image's `python` is this environment's Python (the
     image would hold the same packages); everything else, the paths under /opt/course included, is unchanged."""
@@ -591,10 +600,7 @@ def rehearse(
         if watcher is not None:
             watcher.join(timeout=5)
     output = {p.name: w.output for p, w in zip(runs, result.workers, strict=True)}
-    codes = {}
-    for p in runs:
-        last = [ln for ln in output[p.name].splitlines() if ln.startswith("POD ")]
-        codes[p.name] = json.loads(last[-1][4:])["exit_codes"] if last else []
+    codes = _exit_codes(output)
     return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth)
 
 
@@ -649,10 +655,7 @@ def rehearse_on_loopback(
         commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
     )
     output = {p.name: w.output for p, w in zip(pods, result.workers, strict=True)}
-    codes = {}
-    for p in pods:
-        last = [ln for ln in output[p.name].splitlines() if ln.startswith("POD ")]
-        codes[p.name] = json.loads(last[-1][4:])["exit_codes"] if last else []
+    codes = _exit_codes(output)
     return Rehearsal(pods, output, codes, time.monotonic() - start, "unshaped (loopback)", "loopback", why)
 
 
