@@ -1,4 +1,5 @@
-"""The hands-on exercises' checks pass on the solutions and name the TODO that is wrong otherwise."""
+"""The hands-on exercises' checks name the TODO that is wrong. That they pass on the solutions is asserted where
+the lessons run them: lesson 04's and 05's solution cells, which CI executes (COURSE_SOLUTIONS=run)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,6 @@ from utils import checks, paths
 
 EXERCISES = paths.SCRIPTS / "exercises"
 SOLUTION = (EXERCISES / "mwms_solution.py").read_text()
-
-
-def test_mwms_check_passes_on_the_solution(capsys):
-    assert checks.check_mwms_script(EXERCISES / "mwms_solution.py")
-    assert "correct" in capsys.readouterr().out
 
 
 def test_mwms_check_fails_on_the_unfilled_copy_and_names_todo_1(capsys):
@@ -51,13 +47,6 @@ def test_the_exercise_and_its_solution_mark_the_same_todos():
 
 
 HOROVOD_SOLUTION = (EXERCISES / "horovod_solution.py").read_text()
-
-
-@needs_horovod
-def test_horovod_check_passes_on_the_solution(capsys):
-    assert checks.check_horovod_script(EXERCISES / "horovod_solution.py")
-    out = capsys.readouterr().out
-    assert "correct" in out and "global batch of 2 x 32 = 64" in out
 
 
 @needs_horovod
