@@ -187,18 +187,38 @@ def prepare(values: np.ndarray, lookback: int = 48, horizon: int = 24, val_fract
 
 
 def to_dataset(
-    x: np.ndarray, y: np.ndarray, batch_size: int, shuffle: bool = False, seed: int = 0, drop_remainder: bool = False
+    x: np.ndarray,
+    y: np.ndarray,
+    batch_size: int,
+    shuffle: bool = False,
+    seed: int = 0,
+    drop_remainder: bool = False,
+    read_latency_s: float = 0.0,
 ):
-    """A `tf.data.Dataset` of (x, y) batches, optionally shuffled with a fixed seed, prefetched."""
+    """A `tf.data.Dataset` of (x, y) batches, optionally shuffled with a fixed seed, prefetched.
+
+    With `read_latency_s` > 0 it is lesson 01's naive pipeline instead: every window waits that long, as if read
+    from remote storage, one window at a time and with nothing prefetched (the input-bound case)."""
     import tensorflow as tf
 
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be a whole number of at least 1, got {batch_size!r}")
     if len(x) != len(y):
         raise ValueError(f"x has {len(x)} windows but y has {len(y)}: they must match")
+    if read_latency_s < 0:
+        raise ValueError(f"read_latency_s must not be negative, got {read_latency_s!r}")
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     if shuffle:
         ds = ds.shuffle(len(x), seed=seed, reshuffle_each_iteration=True)
+    if read_latency_s > 0:
+        from utils import input_pipeline
+
+        def read(xw, yw):  # the wait of input_pipeline.slow_read, then the window itself
+            waited = tf.py_function(lambda: input_pipeline.slow_wait(read_latency_s), [], tf.float32)
+            waited.set_shape([])
+            return xw + 0.0 * waited, yw
+
+        return ds.map(read).batch(batch_size, drop_remainder=drop_remainder)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 

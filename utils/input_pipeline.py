@@ -12,12 +12,18 @@ import numpy as np
 VARIANTS = ("naive", "parallel map", "parallel map + cache + prefetch")
 
 
+def slow_wait(latency_s: float) -> np.float32:
+    """The wait of one read from remote storage (it releases the Python GIL, as real I/O does)."""
+    if latency_s > 0:
+        time.sleep(latency_s)
+    return np.float32(0.0)
+
+
 def slow_read(
     index: int, values: np.ndarray, lookback: int, horizon: int, latency_s: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read window `index` as if from remote storage: wait `latency_s`, then cut it from `values`."""
-    if latency_s > 0:
-        time.sleep(latency_s)  # stands for the wait on a storage read (it releases the Python GIL, as real I/O does)
+    slow_wait(latency_s)
     i = int(index)
     window = np.asarray(values[i : i + lookback + horizon], dtype=np.float32)
     return window[:lookback], window[lookback:]
