@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import checkpoint, data, hvd_keras, job, model
+from utils import checkpoint, data, hvd_keras, job, model, profiler, tracking
 
 # Horovod: start, and learn this process's rank among `size` ranks.
 hvd.init()
@@ -44,6 +44,9 @@ parser.add_argument("--checkpoint-dir", default="")
 parser.add_argument("--warmup-epochs", type=float, default=1.0)  # Horovod: warm-up of the scaled rate
 parser.add_argument("--die-at-epoch", type=int, default=0)  # for the fault-tolerance demonstration
 parser.add_argument("--die-rank", type=int, default=1)
+parser.add_argument("--read-latency-ms", type=float, default=0.0)  # lesson 01's slow storage, per window
+parser.add_argument("--profile-steps", default="")  # FIRST:LAST batches of the last epoch, traced (utils.profiler)
+parser.add_argument("--profile-dir", default="")
 args = job.parse(parser)  # SageMaker: hyperparameters also come from SM_HPS
 paths = job.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of a job
 
@@ -56,7 +59,9 @@ splits = data.prepare(values)
 # Horovod: each rank trains on its own shard of the windows (every size-th one, from its rank). All
 # shards have the same length, so every rank takes the same number of steps (and allreduces).
 x_train, y_train = data.shard(splits.x_train, splits.y_train, hvd.rank(), hvd.size())
-train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
+train = data.to_dataset(
+    x_train, y_train, args.batch_size, shuffle=True, seed=args.seed, read_latency_s=args.read_latency_ms / 1000
+)
 # Horovod: validation is sharded too; AverageMetrics below averages the ranks' results.
 val = data.to_dataset(*data.shard(splits.x_val, splits.y_val, hvd.rank(), hvd.size()), 1024)
 
@@ -85,6 +90,12 @@ callbacks = [
     ),
     hvd_keras.AverageMetrics(),  # Horovod: report metrics averaged over the ranks
 ] + callbacks
+if args.profile_steps:  # TensorFlow's profiler on a few steps of the last epoch (lesson 04's deep dive)
+    first, last = profiler.parse_steps(args.profile_steps)
+    where = os.path.join(args.profile_dir or "profile", f"rank{hvd.rank()}")  # Horovod: one trace per rank
+    callbacks.append(profiler.profile_callback(first, last, where, args.epochs))
+
+run = tracking.start(args, world_size=hvd.size(), logs=hvd.rank() == 0, kind="horovod")  # Horovod: rank 0 tracks
 
 
 class EpochLine(keras.callbacks.Callback):
@@ -122,13 +133,14 @@ else:
         validation_data=val,
         epochs=args.epochs,
         initial_epoch=initial_epoch,
-        callbacks=callbacks + [EpochLine()],
+        callbacks=callbacks + [EpochLine(), tracking.keras_callback(run)],  # the tracker reads EpochLine's logs
         verbose=0,
         shuffle=False,
     )
     logs = {k: history.history[k] for k in logs}
 if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the model for deployment
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
+run.end(ok=True)  # FINISHED in the tracking store (a failure ends it FAILED)
 print(
     "RESULT "
     + json.dumps(

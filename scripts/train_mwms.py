@@ -24,7 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import checkpoint, data, job, model
+from utils import checkpoint, data, job, model, tracking
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -55,6 +55,7 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy(
 # MWMS: workers are processes (one per instance); replicas are the devices they train on, all workers' together.
 rank, workers, replicas = cluster.index, len(cluster.hosts), strategy.num_replicas_in_sync
 chief = rank == 0  # MWMS: worker 0 prints and writes checkpoints
+run = tracking.start(args, world_size=workers, logs=chief, kind="mwms")  # MLflow, where MLFLOW_TRACKING_URI is set
 
 values = (
     data.synthetic_series(args.data_size, seed=args.seed)
@@ -149,6 +150,7 @@ for epoch in range(initial_epoch, args.epochs):
         logs_all[k].append(v)
     if saver:
         saver.on_epoch_end(epoch, logs)  # MWMS: only the chief writes
+    run.epoch(epoch + 1, logs)  # the chief's run only
     if chief:
         print(
             f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss']:.4f} val_loss {logs['val_loss']:.4f} "
@@ -157,6 +159,7 @@ for epoch in range(initial_epoch, args.epochs):
         )
 if chief and paths.model_dir:  # MWMS/SageMaker: the chief saves the model for deployment
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
+run.end(ok=True)  # FINISHED in the tracking store (a failure ends it FAILED)
 print(
     "RESULT "
     + json.dumps(

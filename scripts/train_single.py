@@ -14,7 +14,7 @@ import time
 import keras
 import numpy as np
 
-from utils import checkpoint, data, model
+from utils import checkpoint, data, model, profiler, tracking
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -26,6 +26,9 @@ parser.add_argument("--depth", type=int, default=2)
 parser.add_argument("--data-size", type=int, default=0, help="hours of synthetic data; 0 = the course dataset")
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--checkpoint-dir", default="")
+parser.add_argument("--read-latency-ms", type=float, default=0.0)  # lesson 01's slow storage, per window
+parser.add_argument("--profile-steps", default="")  # FIRST:LAST batches of the last epoch, traced (utils.profiler)
+parser.add_argument("--profile-dir", default="")
 args = parser.parse_args()
 
 values = (
@@ -35,7 +38,9 @@ values = (
 )
 splits = data.prepare(values)
 x_train, y_train = splits.x_train, splits.y_train
-train = data.to_dataset(x_train, y_train, args.batch_size, shuffle=True, seed=args.seed)
+train = data.to_dataset(
+    x_train, y_train, args.batch_size, shuffle=True, seed=args.seed, read_latency_s=args.read_latency_ms / 1000
+)
 val = data.to_dataset(splits.x_val, splits.y_val, 1024)
 
 net = model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed)
@@ -49,6 +54,12 @@ if args.checkpoint_dir:
         print(f"resuming after epoch {initial_epoch}", flush=True)
     saver = checkpoint.EpochCheckpoint(args.checkpoint_dir, history=resume.history if resume else None)
     callbacks.append(saver)
+if args.profile_steps:  # TensorFlow's profiler on a few steps of the last epoch (lesson 04's deep dive)
+    first, last = profiler.parse_steps(args.profile_steps)
+    where = args.profile_dir or "profile"
+    callbacks.append(profiler.profile_callback(first, last, where, args.epochs))
+
+run = tracking.start(args, world_size=1, logs=True, kind="single")  # MLflow, where MLFLOW_TRACKING_URI is set
 
 
 class EpochLine(keras.callbacks.Callback):
@@ -80,11 +91,12 @@ else:
         validation_data=val,
         epochs=args.epochs,
         initial_epoch=initial_epoch,
-        callbacks=callbacks + [EpochLine()],
+        callbacks=callbacks + [EpochLine(), tracking.keras_callback(run)],  # the tracker reads EpochLine's logs
         verbose=0,
         shuffle=False,
     )
     logs = {k: history.history[k] for k in logs}
+run.end(ok=True)  # FINISHED in the tracking store (a failure ends it FAILED)
 print(
     "RESULT "
     + json.dumps(

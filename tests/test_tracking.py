@@ -1,0 +1,152 @@
+"""Every run tracked: the training scripts log into a fresh local MLflow store (SQLite, created by the first run);
+one run per job, from the process that writes the model; failures leave the store usable and the run FAILED."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import botocore.session
+import pytest
+from conftest import needs_horovod
+
+from utils import launch, paths, tracking
+
+TINY = ["--width", "32", "--depth", "1", "--batch-size", "128", "--epochs", "2", "--data-size", "2000"]
+
+
+def single(env: dict, *extra, check=True):
+    out = subprocess.run(
+        [sys.executable, str(paths.SCRIPTS / "train_single.py"), *TINY, *extra],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **env},
+        cwd=paths.REPO_ROOT,
+    )
+    if check:
+        assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
+
+def test_a_tracked_run_lands_in_a_fresh_store_with_its_parameters_and_every_epoch(tmp_path):
+    store = tmp_path / "fresh" / "mlflow.db"
+    out = single(tracking.environment("tests", store))
+    assert "RESULT " in out.stdout and "TRACKING run " in out.stdout
+    table = tracking.runs(store)
+    assert len(table) == 1
+    run = table.iloc[0]
+    assert (run.experiment, run.status, run.kind, run.world_size) == ("tests", "FINISHED", "single", 1)
+    assert run["param.width"] == "32" and run["param.batch_size"] == "128"
+    for metric in tracking.METRICS:
+        assert [step for step, _ in tracking.history(run.run_id, metric, store)] == [1, 2], metric
+    assert tracking.history(run.run_id, "samples_per_s", store)[0][1] > 0
+
+
+@needs_horovod
+def test_a_horovod_job_is_one_run_logged_by_rank_0_with_its_world_size(tmp_path):
+    store = tmp_path / "mlflow.db"
+    launch.launch_horovodrun(
+        paths.SCRIPTS / "train_horovod.py", 2, TINY, env=tracking.environment("hvd", store), timeout=240, stream=False
+    )
+    table = tracking.runs(store)
+    assert len(table) == 1 and table.iloc[0].world_size == 2 and table.iloc[0].kind == "horovod"
+    assert table.iloc[0].status == "FINISHED"
+
+
+def test_a_store_that_cannot_be_written_costs_no_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    out = single({tracking.URI_ENV: f"sqlite:///{blocker}/mlflow.db", tracking.EXPERIMENT_ENV: "x"})
+    assert "TRACKING off: cannot write to sqlite:///" in out.stdout and "training goes on" in out.stdout
+    assert "RESULT " in out.stdout
+
+
+def test_a_run_killed_mid_way_is_marked_failed_and_the_store_stays_usable(tmp_path):
+    store = tmp_path / "mlflow.db"
+    env = {**os.environ, **tracking.environment("killed", store), "PYTHONUNBUFFERED": "1"}
+    args = [*TINY[:-3], "5", "--data-size", "20000"]  # long enough to be killed in its second epoch
+    proc = subprocess.Popen(
+        [sys.executable, str(paths.SCRIPTS / "train_single.py"), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if line.startswith("epoch 1/") or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGKILL)  # a lost machine: no chance to end its run
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    table = tracking.runs(store)  # the reader finds the process gone
+    assert table.iloc[0].status == "FAILED", table
+    single(tracking.environment("killed", store))  # the next run writes to the same store
+    assert sorted(tracking.runs(store).status) == ["FAILED", "FINISHED"]
+
+
+def test_a_script_that_raises_ends_its_run_failed(tmp_path):
+    store = tmp_path / "mlflow.db"
+    code = (
+        "import argparse; from utils import tracking\n"
+        "run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind='single')\n"
+        "raise RuntimeError('broken on purpose')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **tracking.environment("raises", store)},
+        cwd=paths.REPO_ROOT,
+    )
+    assert out.returncode == 1 and "broken on purpose" in out.stderr
+    assert list(tracking.runs(store).status) == ["FAILED"]
+
+
+def test_the_arn_check_is_the_one_sagemaker_applies_to_a_training_jobs_mlflow_resource():
+    shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("MlflowConfig")
+    assert shape.members["MlflowResourceArn"].metadata["pattern"] == tracking.ARN_PATTERN
+    good = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/course"
+    assert tracking.check_arn(good) == good
+    for bad in ("sqlite:///x.db", "arn:aws:sagemaker:us-east-1:12345:mlflow-tracking-server/x", ""):
+        with pytest.raises(ValueError, match="list-mlflow-tracking-servers"):
+            tracking.check_arn(bad)
+
+
+def test_experiment_names_are_checked_and_a_missing_store_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="experiment name"):
+        tracking.environment("bad\nname", tmp_path / "x.db")
+    with pytest.raises(FileNotFoundError, match="no tracking store"):
+        tracking.runs(tmp_path / "none.db")
+
+
+def test_the_mlflow_ui_opens_in_chromium_and_lists_the_runs(tmp_path):
+    """MLflow's own page, served by tracking.UI, shows a tracked run's name in the browser."""
+    import shutil
+
+    if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
+        pytest.skip("no Chromium here (sudo apt-get install -y chromium)")
+    sys.path.insert(0, str(paths.TOOLS))
+    import check_site
+    from playwright.sync_api import sync_playwright
+
+    store = tmp_path / "mlflow.db"
+    single({**tracking.environment("ui check", store), "MLFLOW_RUN_NAME": "seen-in-the-browser"})
+    with tracking.UI(store) as ui, sync_playwright() as pw:
+        assert ui.run_names() == ["seen-in-the-browser"]
+        browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(ui.url + "#/experiments")  # the page polls the server: "networkidle" never comes
+            page.get_by_text("Model training").first.click(timeout=60_000)  # MLflow 3's page opens on GenAI
+            page.get_by_text("ui check").first.click(timeout=60_000)
+            page.get_by_text("seen-in-the-browser").first.wait_for(timeout=60_000)
+            if os.environ.get("COURSE_SCREENSHOTS"):
+                page.screenshot(path=os.environ["COURSE_SCREENSHOTS"])
+        finally:
+            browser.close()
+    assert ui.proc is None

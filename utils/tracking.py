@@ -1,0 +1,286 @@
+"""Every run tracked: MLflow, in a local SQLite store that the course creates itself (no server to install), or
+SageMaker's managed MLflow tracking server in a real job.
+
+A training script tracks its run when MLFLOW_TRACKING_URI is set in its environment (MLflow's own variable; in a
+SageMaker job, the tracking server's ARN, which the `sagemaker-mlflow` plugin turns into signed requests). Only the
+process that writes the model logs (Horovod's rank 0, tf.distribute's chief): one run per job, with its parameters,
+its world size, and each epoch's loss, validation loss and throughput.
+
+    env = tracking.environment("lesson 05")           # MLFLOW_TRACKING_URI and MLFLOW_EXPERIMENT_NAME
+    launch.launch_tf_workers(script, 2, args=..., env=env)
+    tracking.runs()                                     # every run of the store, as a table
+
+Tracking never costs a learner a run: a store that cannot be written is said so once, and training goes on
+untracked. A run that ends in an exception is marked FAILED; one killed outright (SIGKILL, a lost machine) is
+marked FAILED by the next reader of the store, which finds its process gone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from pathlib import Path
+
+from utils import paths
+
+URI_ENV = "MLFLOW_TRACKING_URI"
+EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+#: The course's local store (runs/ is ignored by git; a fresh clone starts with none).
+STORE = paths.RUNS / "tracking" / "mlflow.db"
+#: A SageMaker managed MLflow resource, as CreateTrainingJob's MlflowConfig.MlflowResourceArn is checked (botocore).
+ARN_PATTERN = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-[a-zA-Z-]*/.*"
+METRICS = ("loss", "val_loss", "samples_per_s")
+
+
+def local_uri(store: str | Path = STORE) -> str:
+    """The tracking URI of a SQLite store at `store` (its folder is created; MLflow creates the tables)."""
+    store = Path(store).resolve()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store}"
+
+
+def environment(experiment: str, store: str | Path = STORE) -> dict[str, str]:
+    """The environment that makes a training script log into `store`, under `experiment`."""
+    if not experiment or not re.fullmatch(r"[\w .:/-]{1,200}", experiment):
+        raise ValueError(f"an experiment name is 1 to 200 letters, digits, spaces or . : / - _, got {experiment!r}")
+    return {URI_ENV: local_uri(store), EXPERIMENT_ENV: experiment}
+
+
+def check_arn(arn: str) -> str:
+    """A managed MLflow tracking server's ARN, checked as CreateTrainingJob checks MlflowResourceArn; else why not."""
+    if not isinstance(arn, str) or not re.fullmatch(ARN_PATTERN, arn) or len(arn) > 2048:
+        raise ValueError(
+            f"not the ARN of a SageMaker managed MLflow tracking server: {arn!r}; it looks like "
+            "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/my-server (the console's "
+            "MLflow page, or `aws sagemaker list-mlflow-tracking-servers`, shows it)"
+        )
+    return arn
+
+
+def job_environment(arn: str, experiment: str) -> dict[str, str]:
+    """The Environment entries that make a SageMaker job's training script log to the managed MLflow server `arn`
+    (the container also needs `mlflow` and `sagemaker-mlflow` installed, from the source code's requirements)."""
+    environment(experiment)  # the same rule for the experiment's name
+    return {URI_ENV: check_arn(arn), EXPERIMENT_ENV: experiment}
+
+
+class Run:
+    """The tracked run of one training process; inert where tracking is off or this process does not log."""
+
+    def __init__(self, params: dict, *, world_size: int, logs: bool, kind: str):
+        self.active, self.mlflow, self.run_id = False, None, None
+        uri = os.environ.get(URI_ENV, "")
+        if not uri or not logs:
+            return
+        try:
+            import mlflow
+
+            if uri.startswith("arn:"):
+                check_arn(uri)  # the sagemaker-mlflow plugin resolves it; a typo should say so, not time out
+            mlflow.set_tracking_uri(uri)
+            mlflow.set_experiment(os.environ.get(EXPERIMENT_ENV) or "course")
+            run = mlflow.start_run(run_name=os.environ.get("MLFLOW_RUN_NAME") or f"{kind} x{world_size}")
+            mlflow.log_params({k: v for k, v in params.items() if v not in (None, "")})
+            mlflow.set_tags(
+                {
+                    "world_size": str(world_size),
+                    "kind": kind,
+                    "pid": str(os.getpid()),
+                    "host": socket.gethostname(),
+                    "script": Path(sys.argv[0]).name,
+                }
+            )
+            mlflow.log_param("world_size", world_size)
+        except Exception as err:  # whatever the store's fault, the training goes on
+            print(f"TRACKING off: cannot write to {uri}: {type(err).__name__}: {err}; training goes on", flush=True)
+            return
+        self.active, self.mlflow, self.run_id = True, mlflow, run.info.run_id
+        print(f"TRACKING run {self.run_id} in {uri}", flush=True)
+
+    def epoch(self, epoch: int, logs: dict) -> None:
+        """Log epoch `epoch`'s metrics (the ones of METRICS that `logs` has)."""
+        if not self.active:
+            return
+        try:
+            values = {k: float(logs[k]) for k in METRICS if k in logs}
+            self.mlflow.log_metrics(values, step=epoch)
+        except Exception as err:
+            print(f"TRACKING off after epoch {epoch}: {type(err).__name__}: {err}; training goes on", flush=True)
+            self.active = False
+
+    def end(self, ok: bool) -> None:
+        """Mark the run FINISHED or FAILED."""
+        if not self.active:
+            return
+        self.active = False
+        try:
+            self.mlflow.end_run("FINISHED" if ok else "FAILED")
+        except Exception as err:
+            print(f"TRACKING: the run's end was not recorded: {type(err).__name__}: {err}", flush=True)
+
+
+def keras_callback(run: Run):
+    """A Keras callback that logs each epoch's metrics into `run` (the script ends the run itself)."""
+    import keras
+
+    class Track(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            run.epoch(epoch + 1, logs or {})
+
+    return Track()
+
+
+def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
+    """The run of a training script: its parsed `args` as parameters; ended FAILED if the script raises."""
+    run = Run(vars(args), world_size=world_size, logs=logs, kind=kind)
+    if run.active:
+        previous = sys.excepthook
+
+        def failed(*exc):
+            run.end(ok=False)
+            previous(*exc)
+
+        sys.excepthook = failed
+    return run
+
+
+def reconcile(client) -> list[str]:
+    """Mark FAILED every RUNNING run of this machine whose process is gone (killed before it could end its run)."""
+    import psutil
+
+    here, ended = socket.gethostname(), []
+    for run in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "attributes.status = 'RUNNING'"
+    ):
+        tags = run.data.tags
+        if tags.get("host") != here or not tags.get("pid", "").isdigit():
+            continue
+        pid = int(tags["pid"])
+        alive = psutil.pid_exists(pid)
+        if alive:
+            try:  # a reused pid belongs to a process started after the run
+                alive = psutil.Process(pid).create_time() * 1000 <= run.info.start_time + 1000
+            except psutil.Error:
+                alive = False
+        if not alive:
+            client.set_tag(run.info.run_id, "ended_by", "its process was gone: killed before it could end the run")
+            client.set_terminated(run.info.run_id, "FAILED")
+            ended.append(run.info.run_id)
+    return ended
+
+
+def runs(store: str | Path = STORE, experiments: list[str] | None = None):
+    """Every run in `store` (of `experiments`, or all) as a table: one row per run, its parameters, tags, status and
+    its last epoch's metrics, newest first; runs whose process died are marked FAILED first."""
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    if not Path(store).exists():
+        raise FileNotFoundError(f"no tracking store at {store} yet: run a lesson's tracked runs first")
+    client = MlflowClient(tracking_uri=local_uri(store))
+    reconcile(client)
+    found = client.search_experiments()
+    wanted = [e for e in found if experiments is None or e.name in experiments]
+    rows = []
+    for run in client.search_runs([e.experiment_id for e in wanted], order_by=["attributes.start_time DESC"]):
+        rows.append(
+            {
+                "experiment": next(e.name for e in wanted if e.experiment_id == run.info.experiment_id),
+                "run": run.info.run_name,
+                "run_id": run.info.run_id,
+                "status": run.info.status,
+                "kind": run.data.tags.get("kind", ""),
+                "world_size": int(run.data.params.get("world_size", 0) or 0),
+                **{f"param.{k}": v for k, v in run.data.params.items() if k != "world_size"},
+                **run.data.metrics,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def history(run_id: str, metric: str, store: str | Path = STORE) -> list[tuple[int, float]]:
+    """(epoch, value) of `metric` over a run's epochs, from the store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=local_uri(store))
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
+
+
+class UI:
+    """MLflow's web UI on the store, served on this machine (127.0.0.1) until `stop` or the end of a `with` block.
+
+    On a SageMaker notebook instance, JupyterLab's proxy serves a port of the instance at
+    https://<instance>.notebook.<region>.sagemaker.aws/proxy/<port>/; MLflow's page loads its files by relative
+    paths, so it works under that prefix."""
+
+    def __init__(self, store: str | Path = STORE, port: int | None = None, timeout: float = 90):
+        self.store, self.port, self.timeout, self.proc = Path(store), port, timeout, None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def start(self) -> UI:
+        import subprocess
+        import time
+        import urllib.request
+
+        from utils import launch
+
+        if not self.store.exists():
+            raise FileNotFoundError(f"no tracking store at {self.store} yet: run a lesson's tracked runs first")
+        self.port = self.port or launch.free_ports(1)[0]
+        command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", local_uri(self.store)]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"MLflow's server ended at start: {self.proc.stderr.read()[-1500:]}")
+            try:
+                with urllib.request.urlopen(self.url + "health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"MLflow's server did not answer on port {self.port} within {self.timeout:.0f} s")
+
+    def run_names(self) -> list[str]:
+        """The names of the runs the server lists, asked through its REST API as the page asks it."""
+        import json
+        import urllib.request
+
+        def post(path: str, body: dict) -> dict:
+            request = urllib.request.Request(
+                self.url + "api/2.0/mlflow/" + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return json.loads(answer.read())
+
+        ids = [e["experiment_id"] for e in post("experiments/search", {"max_results": 1000})["experiments"]]
+        found = post("runs/search", {"experiment_ids": ids, "max_results": 1000}).get("runs", [])
+        return [r["info"].get("run_name", "") for r in found]
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # the server and its worker
+            try:
+                self.proc.wait(timeout=15)
+            except Exception:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=15)
+        self.proc = None
+
+    def __enter__(self) -> UI:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
