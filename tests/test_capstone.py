@@ -472,12 +472,16 @@ def test_the_cluster_model_reproduces_its_own_calibration_point():
 def test_calibration_without_the_lab_runs_on_loopback_charges_no_link_and_says_why(monkeypatch):
     """What lesson 08 prints as `measured {cal.where}` on a machine without the lab: every run still happens, on
     loopback, and no allreduce time is credited to the workers for a link they never crossed."""
-    from utils import paths
+    from utils import netlab, paths
 
     monkeypatch.setenv("COURSE_NETLAB", "off")
+    netlab.support.cache_clear()  # checked once per process: another test may have found the lab
     tiny = ["--width", "32", "--depth", "1", "--batch-size", "64", "--epochs", "2", "--data-size", str(64 * 2 * 3 + 24)]
     cluster = cap.Cluster(grad_bytes=1e8, link_gbps=10.0)
-    cal = cap.calibrate(cluster, 4e6, paths.SCRIPTS / "train_mwms.py", tiny, rounds=1, timeout=240)
+    try:
+        cal = cap.calibrate(cluster, 4e6, paths.SCRIPTS / "train_mwms.py", tiny, rounds=1, timeout=240)
+    finally:
+        netlab.support.cache_clear()  # the next test checks the machine afresh
     assert cal.where.startswith("over loopback (COURSE_NETLAB=off is set"), cal.where
     assert cal.comm_seconds == 0.0 and cal.link_bps == 0.0
     assert {k: len(v) for k, v in cal.steps.items()} == dict.fromkeys(cal.steps, 1)
