@@ -485,3 +485,47 @@ def test_the_launch_command_shows_the_containers_python_not_this_machines():
     assert sys.executable not in command and str(REPO_ROOT) not in command
     assert f" {rehearsal.CONTAINER_PYTHON} -m mpi4py train_horovod.py" in command
     assert "AWS_ACCESS_KEY_ID" not in command, "a job's instances get their credentials from its role, not -x"
+
+
+# --- a managed MLflow tracking server: checked offline, priced, created only with the opt-in
+
+
+def test_a_tracking_server_request_is_checked_as_the_api_checks_it():
+    good = sj.mlflow_server_request("course-mlflow", ROLE, "s3://bucket/mlflow")
+    assert good["TrackingServerSize"] == "Small"
+    for args, named in [
+        (("bad name!", ROLE, "s3://bucket"), "TrackingServerName"),
+        (("ok", ROLE, "ftp://bucket"), "ArtifactStoreUri"),
+        (("ok", ROLE, "s3://bucket", "Huge"), "TrackingServerSize must be one of Small, Medium, Large"),
+    ]:
+        with pytest.raises(ValueError, match=named):
+            sj.mlflow_server_request(*args)
+
+
+def test_a_tracking_server_is_priced_from_the_recorded_price_or_the_one_given_never_a_guess():
+    table = pd.read_csv(sj.MLFLOW_PRICE_FILE)
+    small = table[table["size"] == "Small"].iloc[0]
+    assert sj.mlflow_server_cost("Small", 10, small.region) == pytest.approx(10 * small.usd_per_hour)
+    with pytest.raises(ValueError, match="no recorded price for a Large tracking server.*pass usd_per_hour="):
+        sj.mlflow_server_cost("Large", 10, small.region)
+    assert sj.mlflow_server_cost("Large", 2, "us-east-1", usd_per_hour=1.5) == 3.0
+    with pytest.raises(ValueError, match="hours must be a positive number"):
+        sj.mlflow_server_cost("Small", 0, small.region)
+    assert all(table.source.str.len() > 40) and table.read_on.notna().all(), "every price names its source"
+
+
+def test_a_tracking_server_over_the_limit_or_without_the_opt_in_is_refused_before_calling_aws(
+    refusing_aws, monkeypatch
+):
+    for k, v in online_env(refusing_aws).items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(sj.CostLimitError, match=r"costs up to \$7.70, above your limit of \$5.00"):
+        sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 5, 12, region="eu-west-2")
+    monkeypatch.delenv(sj.ONLINE_FLAG)
+    with pytest.raises(Exception, match=sj.ONLINE_FLAG):
+        sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 50, 12, region="eu-west-2")
+    assert _RefusingAWS.calls == [], "the guard and the opt-in come before any call to AWS"
+    monkeypatch.setenv(sj.ONLINE_FLAG, "1")
+    with pytest.raises(sj.OnlineError, match="InvalidClientTokenId"):
+        sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 50, 12, region="eu-west-2")
+    assert _RefusingAWS.calls, "with the opt-in, within the limit, the request was sent"

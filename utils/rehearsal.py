@@ -54,7 +54,7 @@ from typing import Any
 
 import portpicker
 
-from utils import launch, netlab
+from utils import launch, netlab, tracking
 
 OPT_ML = "/opt/ml"
 GROUP = "homogeneousCluster"
@@ -487,6 +487,7 @@ def rehearse(
     launch_job: bool = True,
     where: str = "auto",
     bandwidth: str | float | None = None,
+    tracking_store: Path = tracking.STORE,
 ) -> Rehearsal:
     """Play SageMaker's part of the job `request` on this machine (see the module's docstring).
 
@@ -500,6 +501,8 @@ def rehearse(
         `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
         `where` (see placement): on the lab, instance i is host algo-i with the folder as its own /opt/ml, links
         shaped to `bandwidth` (None: unshaped), and an MPI job's mpirun line is run by Open MPI over ssh.
+        A job whose Environment names a managed MLflow server (MLFLOW_TRACKING_URI=<ARN>) logs into the local
+        store `tracking_store` instead, as run MLFLOW_RUN_NAME (default: the job's name).
     """
     count = _check(request, interrupt_after_epoch, resume)
     channels, job, ckpt = _channels(request), request["TrainingJobName"], request.get("CheckpointConfig")
@@ -595,6 +598,13 @@ def rehearse(
                     k: str(v) if lab is not None else map_path(str(v), folder)
                     for k, v in (request.get("Environment") or {}).items()
                 }
+                if own.get(tracking.URI_ENV, "").startswith("arn:"):  # no AWS here: the course's store stands in
+                    if i == 0:
+                        notes.append(
+                            f"MLflow: the job logs to {own[tracking.URI_ENV]}; rehearsed, it logs into {tracking_store}"
+                        )
+                    own[tracking.URI_ENV] = tracking.local_uri(tracking_store)
+                    own.setdefault("MLFLOW_RUN_NAME", job)
                 envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": code_dirs[i]})
             planned, server = count, None
             if mpi:

@@ -520,6 +520,14 @@ def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob", s
     report = ParamValidator().validate(dict(request), model.operation_model(operation).input_shape)
     if report.has_errors():
         raise ValueError(f"the {operation} request does not match SageMaker's API:\n{report.generate_report()}")
+    uri = (request.get("Environment") or {}).get("MLFLOW_TRACKING_URI") if operation == "CreateTrainingJob" else None
+    if uri is not None:  # a job's container reaches a managed MLflow server by its ARN, never a path of this machine
+        from utils import tracking
+
+        try:
+            tracking.check_arn(uri)
+        except ValueError as err:
+            raise ValueError(f"Environment.MLFLOW_TRACKING_URI: {err}") from None
 
 
 def normalized(request: Mapping[str, Any]) -> dict:
@@ -781,6 +789,92 @@ def launch_online(
         f"and s3://{bucket}/output/{name}/ once you have the model"
     )
     return {"request": sent[-1], "job_name": name}
+
+
+MLFLOW_PRICE_FILE = REPO_ROOT / "data" / "mlflow_prices.csv"
+
+
+def mlflow_server_request(
+    name: str, role_arn: str, artifact_uri: str, size: str = "Small", region: str = REGION
+) -> dict:
+    """The CreateMlflowTrackingServer request of a managed MLflow tracking server, checked against botocore's
+    model (name, S3 artifact store, role, size) before anything is sent."""
+    request = {"TrackingServerName": name, "ArtifactStoreUri": artifact_uri, "RoleArn": role_arn}
+    request["TrackingServerSize"] = size
+    validate(request, "CreateMlflowTrackingServer")
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateMlflowTrackingServer")
+    for key, value in request.items():  # botocore's validator checks types and lengths; the API also its patterns
+        member = shape.input_shape.members[key]
+        if member.enum and value not in member.enum:
+            raise ValueError(
+                f"CreateMlflowTrackingServer: {key} must be one of {', '.join(member.enum)}, got {value!r}"
+            )
+        pattern = member.metadata.get("pattern")
+        if pattern and not re.fullmatch(pattern, value):
+            raise ValueError(f"CreateMlflowTrackingServer: {key} {value!r} does not match the API's pattern {pattern}")
+    return request
+
+
+def mlflow_server_cost(
+    size: str, hours: float, region: str = REGION, usd_per_hour: float | None = None, path: Path | None = None
+) -> float:
+    """The most `hours` of a tracking server of `size` cost: at `usd_per_hour` if given, else at the price recorded
+    for that size and region (data/mlflow_prices.csv); no recorded price is an error, never a guess."""
+    if isinstance(hours, bool) or not isinstance(hours, (int, float)) or not hours > 0:
+        raise ValueError(f"hours must be a positive number (how long the server may run), got {hours!r}")
+    if usd_per_hour is None:
+        table = pd.read_csv(path or MLFLOW_PRICE_FILE)
+        row = table[(table["size"] == size) & (table["region"] == region)]
+        if row.empty:
+            known = ", ".join(f"{r.size} in {r.region}" for r in table.itertuples())
+            raise ValueError(
+                f"no recorded price for a {size} tracking server in {region} (recorded: {known}): read it on "
+                "https://aws.amazon.com/sagemaker-ai/pricing/ and pass usd_per_hour="
+            )
+        usd_per_hour = float(row["usd_per_hour"].iloc[0])
+    return float(usd_per_hour) * float(hours)
+
+
+def create_mlflow_server_online(
+    name: str,
+    artifact_uri: str,
+    limit_usd: float,
+    hours: float,
+    *,
+    size: str = "Small",
+    region: str = REGION,
+    usd_per_hour: float | None = None,
+) -> str:
+    """Create a managed MLflow tracking server on AWS, only with the opt-in and within the cost guard; return its
+    ARN. It bills every hour until it is stopped or deleted: the stop and delete commands are printed."""
+    limit_usd = check_limit(limit_usd)
+    role = os.environ.get("SAGEMAKER_ROLE_ARN", f"arn:aws:iam::{OFFLINE_ACCOUNT}:role/CourseMlflowRole")
+    mlflow_server_request(name, role, artifact_uri, size, region)
+    cost = mlflow_server_cost(size, hours, region, usd_per_hour)
+    if cost > limit_usd:
+        raise CostLimitError(
+            f"a {size} MLflow tracking server for {hours:g} h costs up to ${cost:,.2f}, above your limit of "
+            f"${limit_usd:,.2f}: plan fewer hours, or raise the limit"
+        )
+    check_online_allowed()
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        client = boto3.Session(region_name=region).client("sagemaker")
+        arn = client.create_mlflow_tracking_server(
+            **mlflow_server_request(name, os.environ["SAGEMAKER_ROLE_ARN"], artifact_uri, size, region)
+        )["TrackingServerArn"]
+    except (BotoCoreError, ClientError) as exc:
+        raise OnlineError(aws_error_line(exc, region)) from None
+    print(f"created {arn}: up to ${cost:,.2f} for {hours:g} h; it bills every hour until it is stopped")
+    print(f"stop it with: aws sagemaker stop-mlflow-tracking-server --tracking-server-name {name} --region {region}")
+    print(
+        f"delete it with: aws sagemaker delete-mlflow-tracking-server --tracking-server-name {name} --region {region}"
+    )
+    return arn
 
 
 def replace_config(config: JobConfig, **changes: Any) -> JobConfig:
