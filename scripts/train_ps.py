@@ -18,7 +18,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from utils import data, model
+from utils import data, model, tracking
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -96,6 +96,7 @@ def train_step(it):
 
 
 logs = {"val_loss": [], "train_seconds": [], "steps_per_s": [], "loss": []}
+run = tracking.start(args, world_size=WORKERS, logs=True, kind="parameter server")  # the coordinator's run
 trained = 0.0  # seconds spent training, validation excluded
 batches: dict[int, list[float]] = {}  # worker index -> fingerprints of the batches it trained on, in order
 for epoch in range(args.epochs):
@@ -112,11 +113,14 @@ for epoch in range(args.epochs):
     logs["val_loss"].append(val_loss)
     logs["train_seconds"].append(trained)
     logs["steps_per_s"].append(steps_per_epoch / seconds)
+    samples_per_s = steps_per_epoch * args.batch_size / seconds
+    run.epoch(epoch + 1, {"loss": logs["loss"][-1], "val_loss": val_loss, "samples_per_s": samples_per_s})
     print(
         f"epoch {epoch + 1}/{args.epochs}: loss {logs['loss'][-1]:.4f} val_loss {val_loss:.4f} "
         f"({steps_per_epoch / seconds:.0f} steps/s)",
         flush=True,
     )
+run.end(ok=True)
 print(
     "RESULT "
     + json.dumps(
