@@ -198,7 +198,8 @@ def to_dataset(
     """A `tf.data.Dataset` of (x, y) batches, optionally shuffled with a fixed seed, prefetched.
 
     With `read_latency_s` > 0 it is lesson 01's naive pipeline instead: every window waits that long, as if read
-    from remote storage, one window at a time and with nothing prefetched (the input-bound case)."""
+    from remote storage, one window at a time, only when the training step asks for its batch (no map-and-batch
+    fusion, no prefetch: the input-bound case)."""
     import tensorflow as tf
 
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
@@ -218,7 +219,10 @@ def to_dataset(
             waited.set_shape([])
             return xw + 0.0 * waited, yw
 
-        return ds.map(read).batch(batch_size, drop_remainder=drop_remainder)
+        naive = tf.data.Options()  # tf.data would otherwise fuse map and batch and read ahead on a thread
+        naive.experimental_optimization.map_and_batch_fusion = False
+        naive.experimental_optimization.inject_prefetch = False
+        return ds.map(read).batch(batch_size, drop_remainder=drop_remainder).with_options(naive)
     return ds.batch(batch_size, drop_remainder=drop_remainder).prefetch(tf.data.AUTOTUNE)
 
 

@@ -1,19 +1,25 @@
 """Where a training step's time goes: a few steps recorded with TensorFlow's profiler, and read back with code.
 
 The training scripts record on request (`--profile-steps 4:7 --profile-dir DIR`): `ProfileSteps` starts
-`tf.profiler.experimental` before the first of those batches of the last epoch and stops it after the last,
-which writes `DIR/plugins/profile/<time>/<host>.xplane.pb` (an XSpace protocol buffer, TensorFlow's own trace
-format; TensorBoard's profile plugin shows the same file). `split` reads it without TensorBoard and divides
-each recorded step, instant by instant, into the first of these that holds at that instant:
+`tf.profiler.experimental` before the first of those batches of the last epoch and stops it after the last
+(or when validation begins), which writes `DIR/plugins/profile/<time>/<host>.xplane.pb` (an XSpace protocol
+buffer, TensorFlow's own trace format; TensorBoard's profile plugin shows the same file). `split` reads it
+without TensorBoard. A step is one call of Keras's training function (`multi_step_on_iterator`: one batch);
+Python between two calls (the callbacks) is in no step. Each instant of a step goes to the first of these
+that holds at that instant:
 
 - compute: a TensorFlow kernel runs on one of the executor's threads (`tf_Compute/...`);
-- input: the step waits for its batch (`IteratorGetNext`, from its start to its end);
-- allreduce: a gradient is being averaged (a Horovod or collective kernel, from its start to its end:
-  the kernel only hands the tensor to Horovod's background thread, and ends when the average is back);
-- idle: none of them (Python, the launch of the step's function, waiting on nothing the trace names).
+- input: the step waits for its batch (the asynchronous `IteratorGetNext` kernel, from its start to the
+  moment its result is handed back);
+- allreduce: a gradient is out for averaging (a Horovod or collective kernel, from the moment the tensor is
+  handed to Horovod to the moment its average is handed back). An asynchronous kernel leaves two short events
+  in the trace, its start on an executor thread and its end on the thread that finished it (Horovod's
+  background thread), linked by an id: TensorBoard's trace viewer shows no bar between them;
+- idle: none of them, inside the call (launching the step's function, copies, scheduling).
 
-So an allreduce that overlaps computation counts as compute: what is left is the communication the step
-waits for, the part a faster link would save.
+So an allreduce that overlaps computation counts as compute. What is left of it is the wait the step could
+not hide: the transfer, the wait for Horovod's next cycle and its negotiation, and the wait for the slowest
+rank to hand over the same gradient. A faster link saves at most the transfer.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ PARTS = ("compute", "input", "allreduce", "idle")
 #: The kernels that average gradients across workers: Horovod's, and tf.distribute's collectives.
 ALLREDUCE_KERNELS = ("HorovodAllreduce", "HorovodGroupedAllreduce", "CollectiveReduceV2", "CollectiveReduce")
 #: The Python thread's event for one training step of Keras 3's `fit` (one batch per call by default).
-STEP_EVENTS = ("multi_step_on_iterator", "one_step_on_iterator", "one_step_on_data")
+STEP_EVENTS = ("multi_step_on_iterator",)
 
 
 def profile_callback(first: int, last: int, logdir, epochs: int):
@@ -54,10 +60,12 @@ def profile_callback(first: int, last: int, logdir, epochs: int):
                 tf.profiler.experimental.stop()
                 self.on = False
 
-        def on_train_end(self, logs=None):
+        def on_test_begin(self, logs=None):  # validation runs the same function: its batches are no training steps
             if self.on:  # the epoch had fewer batches than asked for: keep what was recorded
                 tf.profiler.experimental.stop()
                 self.on = False
+
+        on_train_end = on_test_begin
 
     return ProfileSteps()
 
@@ -127,9 +135,10 @@ class StepSplit:
         return {k: sum(s[k] for s in self.steps) / total for k in PARTS}
 
     def bound(self) -> str:
-        """The part that takes most of the step, other than idle."""
+        """The part that takes most of the recorded steps' time (idle included: a step of mostly idle is no
+        compute-bound step)."""
         shares = self.shares()
-        return max(("compute", "input", "allreduce"), key=shares.get)
+        return max(PARTS, key=shares.get)
 
 
 def split_ranks(logdir) -> dict[int, StepSplit]:
@@ -140,11 +149,20 @@ def split_ranks(logdir) -> dict[int, StepSplit]:
     return found
 
 
-def waited_for(splits: dict[int, StepSplit]) -> int:
-    """The rank the others waited for: the one with the smallest allreduce share. An allreduce ends only when
-    every rank has handed its gradient over, so a rank slowed by its input or its computation shows that part,
-    while the ranks that wait for it show the same time as allreduce."""
-    return min(splits, key=lambda r: splits[r].shares()["allreduce"])
+def waited_for(splits: dict[int, StepSplit]) -> StepSplit:
+    """Step by step, the split of the rank the others waited for: the one with the smaller allreduce part in that
+    step. An allreduce ends only when every rank has handed its gradient over, so a rank slowed by its input or
+    its computation shows that part, while the ranks waiting for it show the same time as allreduce; which rank
+    is slower can change from one step to the next. (Where every rank waits on the link, every rank shows the
+    allreduce part.) The ranks record the same batches, so their steps line up by position."""
+    counts = {r: len(s.steps) for r, s in splits.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"the ranks recorded different numbers of steps ({counts}): record the same batches on each")
+    ranks = sorted(splits)
+    rows = [
+        {**min((splits[r].steps[i] for r in ranks), key=lambda row: row["allreduce"])} for i in range(counts[ranks[0]])
+    ]
+    return StepSplit(rows, splits[ranks[0]].path)
 
 
 def split(logdir) -> StepSplit:
@@ -187,11 +205,15 @@ def split(logdir) -> StepSplit:
                 kind = "allreduce" if s.get("kernel_type") in ALLREDUCE_KERNELS else kind
                 if kind is None:
                     continue
-                key = (kind, s.get("name"), s.get("step_id"))
-                ends = begun.setdefault(key, ([], []))
-                ends[0 if name.endswith("Start") else 1].append(t0 if name.endswith("Start") else span.end)
-    for (kind, _, _), (starts, ends) in begun.items():  # the threads' lines come in no set order: pair them now
-        waits[kind] += [Interval(a, b) for a, b in zip(sorted(starts), sorted(ends))]
+                # The start carries a producer id (_p), its end the same id as consumer (_c); the result is
+                # handed back when the end event begins (the rest of it passes the outputs on).
+                if name.endswith("Start") and "_p" in s:
+                    begun.setdefault(s["_p"], [kind, None, None])[1] = t0
+                elif name.endswith("Done") and "_c" in s:
+                    begun.setdefault(s["_c"], [kind, None, None])[2] = t0
+    for kind, start, end in begun.values():  # the threads' lines come in no set order: paired by id, then
+        if start is not None and end is not None and end >= start:
+            waits[kind].append(Interval(start, end))
     if not steps:
         raise ValueError(f"{path} holds no training step ({' or '.join(STEP_EVENTS)}): was it recorded during fit?")
     rows = []
