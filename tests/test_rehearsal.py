@@ -20,7 +20,7 @@ import moto
 import pytest
 from conftest import needs_horovod
 
-from utils import data, paths, rehearsal
+from utils import data, paths, rehearsal, tracking
 
 BUCKET = "rehearsal-bucket"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -339,7 +339,13 @@ def test_mwms_script_on_two_instances(s3, course_code, tmp_path):
         hps={"epochs": 2, "data-size": 2000, "batch-size": 64},
         data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
     )
-    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False)
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/course"
+    request["Environment"] = {**request.get("Environment", {}), **tracking.job_environment(arn, "rehearsed")}
+    store = tmp_path / "tracking" / "mlflow.db"
+    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False, tracking_store=store)
+    assert any(str(store) in note for note in done.notes), done.notes  # said, not done silently
+    runs = tracking.runs(store)  # the managed server's ARN stood in for by the local store: one run, the chief's
+    assert list(zip(runs.run, runs.world_size, runs.status)) == [("mwms-job", 2, "FINISHED")]
     records = done.records()
     assert [r["rank"] for r in records] == [0, 1] and all(r["size"] == 2 for r in records)
     assert all(len(r["loss"]) == 2 for r in records)

@@ -519,13 +519,18 @@ def test_a_tracking_server_over_the_limit_or_without_the_opt_in_is_refused_befor
 ):
     for k, v in online_env(refusing_aws).items():
         monkeypatch.setenv(k, v)
-    with pytest.raises(sj.CostLimitError, match=r"costs up to \$7.70, above your limit of \$5.00"):
+    with pytest.raises(sj.CostLimitError, match=r"you plan costs \$7.70, above your limit of \$5.00"):
         sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 5, 12, region="eu-west-2")
     monkeypatch.delenv(sj.ONLINE_FLAG)
     with pytest.raises(Exception, match=sj.ONLINE_FLAG):
         sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 50, 12, region="eu-west-2")
     assert _RefusingAWS.calls == [], "the guard and the opt-in come before any call to AWS"
-    monkeypatch.setenv(sj.ONLINE_FLAG, "1")
-    with pytest.raises(sj.OnlineError, match="InvalidClientTokenId"):
-        sj.create_mlflow_server_online("course", "s3://bucket/mlflow", 50, 12, region="eu-west-2")
+    code = (  # in a fresh process: a test that ran before in this one may have left moto's mock in place
+        "from utils import sagemaker_job as sj\n"
+        "sj.create_mlflow_server_online('course', 's3://bucket/mlflow', 50, 12, region='eu-west-2')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=online_env(refusing_aws), cwd=REPO_ROOT
+    )
+    assert "OnlineError" in out.stderr and "InvalidClientTokenId" in out.stderr, out.stderr[-1500:]
     assert _RefusingAWS.calls, "with the opt-in, within the limit, the request was sent"

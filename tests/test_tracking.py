@@ -41,6 +41,10 @@ def test_a_tracked_run_lands_in_a_fresh_store_with_its_parameters_and_every_epoc
     run = table.iloc[0]
     assert (run.experiment, run.status, run.kind, run.world_size) == ("tests", "FINISHED", "single", 1)
     assert run["param.width"] == "32" and run["param.batch_size"] == "128"
+    from mlflow.tracking import MlflowClient  # files of the experiment beside the store, not in a worker's folder
+
+    experiment = MlflowClient(tracking.local_uri(store)).get_experiment_by_name("tests")
+    assert experiment.artifact_location == (store.parent / "artifacts").as_uri()
     for metric in tracking.METRICS:
         assert [step for step, _ in tracking.history(run.run_id, metric, store)] == [1, 2], metric
     assert tracking.history(run.run_id, "samples_per_s", store)[0][1] > 0
@@ -135,7 +139,7 @@ def test_the_mlflow_ui_opens_in_chromium_and_lists_the_runs(tmp_path):
     from playwright.sync_api import sync_playwright
 
     store = tmp_path / "mlflow.db"
-    single({**tracking.environment("ui check", store), "MLFLOW_RUN_NAME": "seen-in-the-browser"})
+    single({**tracking.environment("ui check", store), tracking.RUN_NAME_ENV: "seen-in-the-browser"})
     with tracking.UI(store) as ui, sync_playwright() as pw:
         assert ui.run_names() == ["seen-in-the-browser"]
         browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS)
@@ -150,3 +154,82 @@ def test_the_mlflow_ui_opens_in_chromium_and_lists_the_runs(tmp_path):
         finally:
             browser.close()
     assert ui.proc is None
+
+
+def test_the_ui_answers_a_proxys_host_name_only_when_told_to(tmp_path):
+    """MLflow 3 refuses a request addressed to another host name (DNS rebinding); a notebook instance's proxy
+    forwards the instance's name, which `allowed_host` admits."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    store = tmp_path / "mlflow.db"
+    tracking.environment("proxy", store)
+    proxy = "course.notebook.us-east-1.sagemaker.aws"
+
+    def status(ui):
+        request = urllib.request.Request(
+            ui.url + "ajax-api/2.0/mlflow/experiments/search",
+            json.dumps({"max_results": 10}).encode(),
+            {"Content-Type": "application/json", "Host": proxy, "Origin": f"https://{proxy}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                return answer.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    with tracking.UI(store) as ui:
+        assert status(ui) == 403
+    with tracking.UI(store, allowed_host=proxy) as ui:
+        assert status(ui) == 200
+
+
+def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):
+    """SIGTERM is what StopTrainingJob, a spot reclaim and the course's launcher send first: the run ends FAILED
+    before the process does, with no reader needed."""
+    store = tmp_path / "mlflow.db"
+    env = {**os.environ, **tracking.environment("stopped", store), "PYTHONUNBUFFERED": "1"}
+    args = [*TINY[:-3], "5", "--data-size", "20000"]
+    proc = subprocess.Popen(
+        [sys.executable, str(paths.SCRIPTS / "train_single.py"), *args], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        for line in proc.stdout:
+            if line.startswith("epoch 1/"):
+                break
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM, "it still ends as a SIGTERM ends a process"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    import sqlite3
+
+    with sqlite3.connect(store) as db:  # read as stored, before any reader could reconcile it
+        assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"]
+
+
+def test_a_tracked_job_request_carries_the_arn_and_installs_mlflows_client():
+    from utils import sagemaker_job as sj
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-app/app-course"
+    cfg = sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_experiment="jobs")
+    with sj.offline_aws() as aws:
+        request = sj.request_for(cfg, aws)
+        assert request["Environment"][tracking.URI_ENV] == arn
+        assert request["Environment"]["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "1"
+        assert aws.read_uploaded(request, "code", "requirements.txt").split() == list(tracking.JOB_REQUIREMENTS)
+        with pytest.raises(ValueError, match="EnableNetworkIsolation"):
+            sj.validate({**request, "EnableNetworkIsolation": True})
+        with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI: not the ARN"):
+            sj.validate({**request, "Environment": {tracking.URI_ENV: "http://127.0.0.1:5000"}})
+    with pytest.raises(ValueError, match="network isolation"):
+        sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, network_isolation=True)
+
+
+def test_the_jobs_mlflow_client_is_the_version_this_course_runs():
+    from importlib.metadata import version
+
+    for pin in tracking.JOB_REQUIREMENTS:
+        name, pinned = pin.split("==")
+        assert version(name) == pinned, f"{name}: the job would install {pinned}, this environment has {version(name)}"

@@ -502,7 +502,7 @@ def rehearse(
         `where` (see placement): on the lab, instance i is host algo-i with the folder as its own /opt/ml, links
         shaped to `bandwidth` (None: unshaped), and an MPI job's mpirun line is run by Open MPI over ssh.
         A job whose Environment names a managed MLflow server (MLFLOW_TRACKING_URI=<ARN>) logs into the local
-        store `tracking_store` instead, as run MLFLOW_RUN_NAME (default: the job's name).
+        store `tracking_store` instead, as run COURSE_RUN_NAME (default: the job's name).
     """
     count = _check(request, interrupt_after_epoch, resume)
     channels, job, ckpt = _channels(request), request["TrainingJobName"], request.get("CheckpointConfig")
@@ -603,8 +603,8 @@ def rehearse(
                         notes.append(
                             f"MLflow: the job logs to {own[tracking.URI_ENV]}; rehearsed, it logs into {tracking_store}"
                         )
-                    own[tracking.URI_ENV] = tracking.local_uri(tracking_store)
-                    own.setdefault("MLFLOW_RUN_NAME", job)
+                    own |= tracking.environment(own.get(tracking.EXPERIMENT_ENV) or "course", tracking_store)
+                    own.setdefault(tracking.RUN_NAME_ENV, job)
                 envs.append(base | own | extra | sm_envs[i] | {"PYTHONPATH": code_dirs[i]})
             planned, server = count, None
             if mpi:

@@ -79,6 +79,8 @@ class JobConfig:
     fix_np: bool = True
     hyperparameters: Mapping[str, Any] = field(default_factory=lambda: {"epochs": 5, "batch-size": 64})
     region: str = REGION
+    mlflow_arn: str = ""  # a managed MLflow server (tracking server or app) the job's script logs to
+    mlflow_experiment: str = "course"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -98,6 +100,15 @@ class JobConfig:
             raise ValueError(f"input mode {self.input_mode!r} is not one of {', '.join(INPUT_MODES)}")
         if not self.max_hours > 0:
             raise ValueError(f"max_hours must be positive, got {self.max_hours!r}")
+        if self.mlflow_arn:
+            from utils import tracking
+
+            tracking.job_environment(self.mlflow_arn, self.mlflow_experiment)  # an ARN and a name, or why not
+            if self.network_isolation:
+                raise ValueError(
+                    "a job with network isolation cannot reach an MLflow server: leave mlflow_arn empty, or "
+                    "network_isolation off"
+                )
         if self.max_hours * 3600 > 28 * 24 * 3600:
             raise ValueError(f"max_hours={self.max_hours} is more than SageMaker's limit of 28 days (672 h)")
         if self.max_wait_hours is not None and not self.spot:
@@ -451,6 +462,13 @@ def build_trainer(
             subnets=list(config.subnets) or None,
             security_group_ids=list(config.security_groups) or None,
         )
+    requirements, environment = None, None
+    if config.mlflow_arn:  # the container needs the MLflow client and SageMaker's plugin; installed from the source
+        from utils import tracking
+
+        environment = tracking.job_environment(config.mlflow_arn, config.mlflow_experiment)
+        requirements = "requirements.txt"
+        (Path(source_dir) / requirements).write_text("\n".join(tracking.JOB_REQUIREMENTS) + "\n")
     trainer = ModelTrainer(
         sagemaker_session=session,
         role=role,
@@ -458,7 +476,8 @@ def build_trainer(
         training_image=horovod_image(config.region, account)
         if config.kind == "horovod"
         else stock_image(config.instance_type, config.region),
-        source_code=SourceCode(source_dir=str(source_dir), entry_script=KINDS[config.kind]),
+        source_code=SourceCode(source_dir=str(source_dir), entry_script=KINDS[config.kind], requirements=requirements),
+        environment=environment,
         distributed=distributed,
         compute=Compute(
             instance_type=config.instance_type,
@@ -521,13 +540,18 @@ def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob", s
     if report.has_errors():
         raise ValueError(f"the {operation} request does not match SageMaker's API:\n{report.generate_report()}")
     uri = (request.get("Environment") or {}).get("MLFLOW_TRACKING_URI") if operation == "CreateTrainingJob" else None
-    if uri is not None:  # a job's container reaches a managed MLflow server by its ARN, never a path of this machine
+    if uri is not None:  # the course's rule, not the API's: a job logs to a managed MLflow server, by its ARN
         from utils import tracking
 
         try:
             tracking.check_arn(uri)
         except ValueError as err:
             raise ValueError(f"Environment.MLFLOW_TRACKING_URI: {err}") from None
+        if request.get("EnableNetworkIsolation"):
+            raise ValueError(
+                "Environment.MLFLOW_TRACKING_URI: the job runs with EnableNetworkIsolation, so its script cannot "
+                "reach the MLflow server: turn one of them off"
+            )
 
 
 def normalized(request: Mapping[str, Any]) -> dict:
@@ -847,15 +871,16 @@ def create_mlflow_server_online(
     region: str = REGION,
     usd_per_hour: float | None = None,
 ) -> str:
-    """Create a managed MLflow tracking server on AWS, only with the opt-in and within the cost guard; return its
-    ARN. It bills every hour until it is stopped or deleted: the stop and delete commands are printed."""
+    """Create a managed MLflow tracking server on AWS, only with the opt-in and when the `hours` you plan fit the
+    limit; return its ARN. Nothing stops it after those hours: it bills until it is stopped or deleted, and the
+    stop and delete commands are printed."""
     limit_usd = check_limit(limit_usd)
     role = os.environ.get("SAGEMAKER_ROLE_ARN", f"arn:aws:iam::{OFFLINE_ACCOUNT}:role/CourseMlflowRole")
     mlflow_server_request(name, role, artifact_uri, size, region)
     cost = mlflow_server_cost(size, hours, region, usd_per_hour)
     if cost > limit_usd:
         raise CostLimitError(
-            f"a {size} MLflow tracking server for {hours:g} h costs up to ${cost:,.2f}, above your limit of "
+            f"a {size} MLflow tracking server for the {hours:g} h you plan costs ${cost:,.2f}, above your limit of "
             f"${limit_usd:,.2f}: plan fewer hours, or raise the limit"
         )
     check_online_allowed()
@@ -869,7 +894,9 @@ def create_mlflow_server_online(
         )["TrackingServerArn"]
     except (BotoCoreError, ClientError) as exc:
         raise OnlineError(aws_error_line(exc, region)) from None
-    print(f"created {arn}: up to ${cost:,.2f} for {hours:g} h; it bills every hour until it is stopped")
+    print(
+        f"created {arn}: ${cost:,.2f} for the {hours:g} h you plan; it bills until you stop it, not after {hours:g} h"
+    )
     print(f"stop it with: aws sagemaker stop-mlflow-tracking-server --tracking-server-name {name} --region {region}")
     print(
         f"delete it with: aws sagemaker delete-mlflow-tracking-server --tracking-server-name {name} --region {region}"

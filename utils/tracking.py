@@ -27,6 +27,18 @@ from utils import paths
 
 URI_ENV = "MLFLOW_TRACKING_URI"
 EXPERIMENT_ENV = "MLFLOW_EXPERIMENT_NAME"
+#: The course's own variable for a run's name (MLflow has none; a job's runs default to TRAINING_JOB_NAME).
+RUN_NAME_ENV = "COURSE_RUN_NAME"
+#: What MLflow does by default and the course does not want: report usage to MLflow's telemetry service, and retry
+#: an unreachable server for minutes (7 retries, 120 s each) while a job's instances are billed.
+QUIET = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
+}
+#: What a SageMaker job's container installs to log to a managed server (from the source code's requirements.txt):
+#: MLflow's client without its server, and the plugin that signs requests to the ARN.
+JOB_REQUIREMENTS = ("mlflow-skinny==3.17.2", "sagemaker-mlflow==0.5.0")
 #: The course's local store (runs/ is ignored by git; a fresh clone starts with none).
 STORE = paths.RUNS / "tracking" / "mlflow.db"
 #: A SageMaker managed MLflow resource, as CreateTrainingJob's MlflowConfig.MlflowResourceArn is checked (botocore).
@@ -36,16 +48,37 @@ METRICS = ("loss", "val_loss", "samples_per_s")
 
 def local_uri(store: str | Path = STORE) -> str:
     """The tracking URI of a SQLite store at `store` (its folder is created; MLflow creates the tables)."""
+    from urllib.parse import quote
+
     store = Path(store).resolve()
     store.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store}"
+    return f"sqlite:///{quote(str(store))}"  # a '#' or '?' in a folder's name would end the path
+
+
+def _check_experiment(experiment: str) -> None:
+    if not experiment or not re.fullmatch(r"[\w .:/-]{1,200}", experiment):
+        raise ValueError(f"an experiment name is 1 to 200 letters, digits, spaces or . : / - _, got {experiment!r}")
 
 
 def environment(experiment: str, store: str | Path = STORE) -> dict[str, str]:
-    """The environment that makes a training script log into `store`, under `experiment`."""
-    if not experiment or not re.fullmatch(r"[\w .:/-]{1,200}", experiment):
-        raise ValueError(f"an experiment name is 1 to 200 letters, digits, spaces or . : / - _, got {experiment!r}")
-    return {URI_ENV: local_uri(store), EXPERIMENT_ENV: experiment}
+    """The environment that makes a training script log into `store`, under `experiment`. The store's tables and
+    the experiment are created here, once, before any worker starts: several processes creating a fresh SQLite
+    store at once can leave it unusable, and an experiment made by a worker would keep its files under that
+    worker's folder (MLflow's default, ./mlruns); here they go to the store's folder."""
+    _check_experiment(experiment)
+    os.environ.update(QUIET)
+    from mlflow.tracking import MlflowClient
+
+    uri = local_uri(store)
+    client = MlflowClient(tracking_uri=uri)
+    if client.get_experiment_by_name(experiment) is None:
+        artifacts = Path(store).resolve().parent / "artifacts"
+        try:
+            client.create_experiment(experiment, artifact_location=artifacts.as_uri())
+        except Exception:  # another process created it meanwhile
+            if client.get_experiment_by_name(experiment) is None:
+                raise
+    return {URI_ENV: uri, EXPERIMENT_ENV: experiment, **QUIET}
 
 
 def check_arn(arn: str) -> str:
@@ -62,8 +95,8 @@ def check_arn(arn: str) -> str:
 def job_environment(arn: str, experiment: str) -> dict[str, str]:
     """The Environment entries that make a SageMaker job's training script log to the managed MLflow server `arn`
     (the container also needs `mlflow` and `sagemaker-mlflow` installed, from the source code's requirements)."""
-    environment(experiment)  # the same rule for the experiment's name
-    return {URI_ENV: check_arn(arn), EXPERIMENT_ENV: experiment}
+    _check_experiment(experiment)
+    return {URI_ENV: check_arn(arn), EXPERIMENT_ENV: experiment, **QUIET}
 
 
 class Run:
@@ -79,9 +112,11 @@ class Run:
 
             if uri.startswith("arn:"):
                 check_arn(uri)  # the sagemaker-mlflow plugin resolves it; a typo should say so, not time out
+            os.environ.pop("MLFLOW_RUN_ID", None)  # MLflow would resume that run instead of starting this one
             mlflow.set_tracking_uri(uri)
             mlflow.set_experiment(os.environ.get(EXPERIMENT_ENV) or "course")
-            run = mlflow.start_run(run_name=os.environ.get("MLFLOW_RUN_NAME") or f"{kind} x{world_size}")
+            name = os.environ.get(RUN_NAME_ENV) or os.environ.get("TRAINING_JOB_NAME") or f"{kind} x{world_size}"
+            run = mlflow.start_run(run_name=name)
             mlflow.log_params({k: v for k, v in params.items() if v not in (None, "")})
             mlflow.set_tags(
                 {
@@ -89,6 +124,7 @@ class Run:
                     "kind": kind,
                     "pid": str(os.getpid()),
                     "host": socket.gethostname(),
+                    "machine": machine_id(),  # the lab's hosts have their own names but share this kernel
                     "script": Path(sys.argv[0]).name,
                 }
             )
@@ -143,25 +179,44 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
             previous(*exc)
 
         sys.excepthook = failed
+        import signal
+
+        def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
+            run.end(ok=False)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, stopped)
     return run
+
+
+def machine_id() -> str:
+    """This running kernel's identity (Linux's boot id); the host name where there is none."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return socket.gethostname()
 
 
 def reconcile(client) -> list[str]:
     """Mark FAILED every RUNNING run of this machine whose process is gone (killed before it could end its run)."""
     import psutil
 
-    here, ended = socket.gethostname(), []
+    here, ended = machine_id(), []
     for run in client.search_runs(
         [e.experiment_id for e in client.search_experiments()], "attributes.status = 'RUNNING'"
     ):
         tags = run.data.tags
-        if tags.get("host") != here or not tags.get("pid", "").isdigit():
+        if tags.get("machine", tags.get("host")) != here or not tags.get("pid", "").isdigit():
             continue
         pid = int(tags["pid"])
         alive = psutil.pid_exists(pid)
         if alive:
-            try:  # a reused pid belongs to a process started after the run
-                alive = psutil.Process(pid).create_time() * 1000 <= run.info.start_time + 1000
+            try:  # a reused pid belongs to a process started after the run; a zombie is gone
+                proc = psutil.Process(pid)
+                alive = proc.create_time() * 1000 <= run.info.start_time + 1000
+                alive = alive and proc.status() != psutil.STATUS_ZOMBIE
             except psutil.Error:
                 alive = False
         if not alive:
@@ -179,6 +234,7 @@ def runs(store: str | Path = STORE, experiments: list[str] | None = None):
 
     if not Path(store).exists():
         raise FileNotFoundError(f"no tracking store at {store} yet: run a lesson's tracked runs first")
+    os.environ.update(QUIET)
     client = MlflowClient(tracking_uri=local_uri(store))
     reconcile(client)
     found = client.search_experiments()
@@ -190,6 +246,7 @@ def runs(store: str | Path = STORE, experiments: list[str] | None = None):
                 "experiment": next(e.name for e in wanted if e.experiment_id == run.info.experiment_id),
                 "run": run.info.run_name,
                 "run_id": run.info.run_id,
+                "started": pd.Timestamp(run.info.start_time, unit="ms"),
                 "status": run.info.status,
                 "kind": run.data.tags.get("kind", ""),
                 "world_size": int(run.data.params.get("world_size", 0) or 0),
@@ -197,13 +254,16 @@ def runs(store: str | Path = STORE, experiments: list[str] | None = None):
                 **run.data.metrics,
             }
         )
-    return pd.DataFrame(rows)
+    columns = ["experiment", "run", "run_id", "started", "status", "kind", "world_size", *METRICS]
+    return pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for r in rows for k in r)])))
 
 
 def history(run_id: str, metric: str, store: str | Path = STORE) -> list[tuple[int, float]]:
     """(epoch, value) of `metric` over a run's epochs, from the store."""
     from mlflow.tracking import MlflowClient
 
+    if not Path(store).exists():
+        raise FileNotFoundError(f"no tracking store at {store}")
     client = MlflowClient(tracking_uri=local_uri(store))
     return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
 
@@ -211,12 +271,15 @@ def history(run_id: str, metric: str, store: str | Path = STORE) -> list[tuple[i
 class UI:
     """MLflow's web UI on the store, served on this machine (127.0.0.1) until `stop` or the end of a `with` block.
 
-    On a SageMaker notebook instance, JupyterLab's proxy serves a port of the instance at
-    https://<instance>.notebook.<region>.sagemaker.aws/proxy/<port>/; MLflow's page loads its files by relative
-    paths, so it works under that prefix."""
+    MLflow 3's server answers only requests addressed to localhost unless told otherwise (a guard against DNS
+    rebinding): behind another host name, such as a SageMaker notebook instance's Jupyter proxy
+    (https://<instance>.notebook.<region>.sagemaker.aws/proxy/<port>/), pass that name as `allowed_host`, and it
+    is given to `--allowed-hosts` and, as an https origin, to `--cors-allowed-origins`. The server's own messages
+    go to `log` (runs/tracking/ui.log)."""
 
-    def __init__(self, store: str | Path = STORE, port: int | None = None, timeout: float = 90):
+    def __init__(self, store: str | Path = STORE, port: int | None = None, timeout: float = 90, allowed_host: str = ""):
         self.store, self.port, self.timeout, self.proc = Path(store), port, timeout, None
+        self.allowed_host, self.log = allowed_host, Path(store).parent / "ui.log"
 
     @property
     def url(self) -> str:
@@ -234,13 +297,17 @@ class UI:
         self.port = self.port or launch.free_ports(1)[0]
         command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", local_uri(self.store)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
-        self.proc = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        if self.allowed_host:
+            command += ["--allowed-hosts", f"{self.allowed_host},localhost:{self.port},127.0.0.1:{self.port}"]
+            command += ["--cors-allowed-origins", f"https://{self.allowed_host}"]
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **QUIET}, start_new_session=True
+            )
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"MLflow's server ended at start: {self.proc.stderr.read()[-1500:]}")
+                raise RuntimeError(f"MLflow's server ended at start: {self.log.read_text()[-1500:]}")
             try:
                 with urllib.request.urlopen(self.url + "health", timeout=2) as answer:
                     if answer.status == 200:
