@@ -70,15 +70,35 @@ def environment(experiment: str, store: str | Path = STORE) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
     uri = local_uri(store)
-    client = MlflowClient(tracking_uri=uri)
-    if client.get_experiment_by_name(experiment) is None:
-        artifacts = Path(store).resolve().parent / "artifacts"
-        try:
-            client.create_experiment(experiment, artifact_location=artifacts.as_uri())
-        except Exception:  # another process created it meanwhile
-            if client.get_experiment_by_name(experiment) is None:
-                raise
+    with _quiet_logs():  # MLflow and Alembic announce the new tables on stderr, in the learner's notebook
+        client = MlflowClient(tracking_uri=uri)
+        if client.get_experiment_by_name(experiment) is None:
+            artifacts = Path(store).resolve().parent / "artifacts"
+            try:
+                client.create_experiment(experiment, artifact_location=artifacts.as_uri())
+            except Exception:  # another process created it meanwhile
+                if client.get_experiment_by_name(experiment) is None:
+                    raise
     return {URI_ENV: uri, EXPERIMENT_ENV: experiment, **QUIET}
+
+
+class _quiet_logs:
+    """MLflow's and Alembic's INFO messages held back while the store is opened (warnings still show)."""
+
+    NAMES = ("mlflow", "alembic")
+
+    def __enter__(self):
+        import logging
+
+        self.levels = {n: logging.getLogger(n).level for n in self.NAMES}
+        for n in self.NAMES:
+            logging.getLogger(n).setLevel(logging.WARNING)
+
+    def __exit__(self, *exc):
+        import logging
+
+        for n, level in self.levels.items():
+            logging.getLogger(n).setLevel(level)
 
 
 def check_arn(arn: str) -> str:
@@ -235,8 +255,9 @@ def runs(store: str | Path = STORE, experiments: list[str] | None = None):
     if not Path(store).exists():
         raise FileNotFoundError(f"no tracking store at {store} yet: run a lesson's tracked runs first")
     os.environ.update(QUIET)
-    client = MlflowClient(tracking_uri=local_uri(store))
-    reconcile(client)
+    with _quiet_logs():
+        client = MlflowClient(tracking_uri=local_uri(store))
+        reconcile(client)
     found = client.search_experiments()
     wanted = [e for e in found if experiments is None or e.name in experiments]
     rows = []
