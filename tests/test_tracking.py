@@ -233,3 +233,12 @@ def test_the_jobs_mlflow_client_is_the_version_this_course_runs():
     for pin in tracking.JOB_REQUIREMENTS:
         name, pinned = pin.split("==")
         assert version(name) == pinned, f"{name}: the job would install {pinned}, this environment has {version(name)}"
+
+
+def test_making_a_fresh_store_says_nothing_on_stderr(tmp_path):
+    """Lesson 04 makes the store in the learner's notebook: MLflow's and Alembic's INFO lines would show there
+    as stderr (the JupyterLab check refuses them)."""
+    code = f"from utils import tracking; tracking.environment('quiet', {str(tmp_path / 'mlflow.db')!r})"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=paths.REPO_ROOT)
+    assert out.returncode == 0, out.stderr[-1500:]
+    assert out.stderr.strip() == "", out.stderr
