@@ -355,16 +355,14 @@ class UI:
         return [r["info"].get("run_name", "") for r in found]
 
     def stop(self) -> None:
-        import os
-        import signal
+        import psutil
+
+        from utils import processes
 
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the server and its worker
-            try:
-                self.proc.wait(timeout=15)
-            except Exception:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=15)
+            server = psutil.Process(self.proc.pid)
+            processes.stop([server, *server.children(recursive=True)], grace=15)  # the server and its worker
+            self.proc.wait(timeout=15)
         self.proc = None
 
     def __enter__(self) -> UI:
