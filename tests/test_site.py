@@ -230,8 +230,11 @@ def test_a_page_says_which_mode_machine_and_day_made_its_outputs():
     run = nb.metadata["course_run"]
     assert note.startswith("*Outputs on this page: full mode (the lessons' own data and epochs")
     assert f"executed on {run['date']} on {run['machine']} with TensorFlow {run['tensorflow']}, in 12.6 minutes" in note
+    assert "beside another lesson" not in note
     nb.metadata["course_run"]["mode"] = "smoke"
     assert "too rough for the lessons' verdicts" in site.provenance_note(nb)
+    nb.metadata["course_run"]["shared"] = True  # executed two at a time (make test): its time is not its own
+    assert site.provenance_note(nb).endswith("minutes, beside another lesson (alone it takes less).*")
 
 
 def test_a_build_of_some_lessons_keeps_no_link_to_a_lesson_it_leaves_out():

@@ -4,7 +4,7 @@
 # Bounded per test, per notebook cell, and as a whole run.
 #   bash tools/run_tests.sh [all|lint|unit|notebooks]
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell); TEST_WORKERS
-# unit tests run at a time (default 2).
+# unit tests run at a time (default 2), NOTEBOOK_JOBS lessons (default 2; 1 executes them in order, one by one).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 1
@@ -105,11 +105,14 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   stage_done "unit tests"
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
-  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
+  # Two lessons at a time (NOTEBOOK_JOBS): most of them keep one core busy, not two; the lessons whose verdicts
+  # rest on times they measure (utils.execution.MEASURING) still run with nothing beside them.
+  jobs="${NOTEBOOK_JOBS:-2}"
+  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom, $jobs at a time; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
   export COURSE_SOLUTIONS=run  # every %%solution cell runs, so that CI checks each solution
   # The executed copies stay in build/executed/smoke: the website (make site) and the JupyterLab check
   # (make lab-check) read them instead of executing the lessons again.
-  within_budget "$py" -m utils.execution --mode smoke --cell-timeout "$CELL_BUDGET" || rc=1
+  within_budget "$py" -m utils.execution --mode smoke --cell-timeout "$CELL_BUDGET" --jobs "$jobs" || rc=1
   stage_done notebooks
 fi
 echo "[test] finished in $(( $(date +%s) - start )) s"

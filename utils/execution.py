@@ -27,6 +27,11 @@ from utils.paths import NOTEBOOKS, REPO_ROOT
 #: Where executed copies are kept, one folder per mode.
 EXECUTED = REPO_ROOT / "build" / "executed"
 MODES = ("smoke", "full")
+#: Lessons whose verdicts rest on times they measure (allreduce fits, parallel efficiency, the capstone's
+#: calibration): `--jobs 2` executes them with no other lesson beside them.
+MEASURING = frozenset({"03_allreduce_cost.ipynb", "04_horovod.ipynb", "08_capstone.ipynb"})
+#: Set for a lesson executed beside others (`--jobs 2`): its copy's `course_run` says so (`shared`).
+SHARED_VAR = "COURSE_SHARED_MACHINE"
 #: Every process a lesson's kernel starts inherits this mark; whatever still carries it when the lesson ends
 #: (workers of a cell stopped at its time limit) is stopped before the next lesson starts.
 MARK = "COURSE_LESSON_RUN"
@@ -130,8 +135,9 @@ def execute(
     return seconds
 
 
-def run_record(mode: str, seconds: float) -> dict[str, str | float]:
-    """What an executed copy says of its run: the mode, the machine, the TensorFlow version, the date, the time."""
+def run_record(mode: str, seconds: float) -> dict[str, str | float | bool]:
+    """What an executed copy says of its run: the mode, the machine, the TensorFlow version, the date, the time,
+    and whether another lesson ran beside it."""
     cpu = envinfo.cpu_info()
     return {
         "mode": mode,
@@ -139,6 +145,7 @@ def run_record(mode: str, seconds: float) -> dict[str, str | float]:
         "tensorflow": envinfo.versions()["TensorFlow"] or "not installed",
         "date": dt.date.today().isoformat(),
         "seconds": round(seconds, 1),
+        "shared": os.environ.get(SHARED_VAR) == "1",  # executed beside another lesson: its time is not its own
     }
 
 
@@ -170,27 +177,98 @@ def ensure(
     return copy_path(notebook, mode, folder), seconds
 
 
+def schedule(names: list[str], jobs: int) -> list[list[str]]:
+    """The order of a run of `jobs` lessons at a time: each lesson in MEASURING alone, first; then the others,
+    longest first by their measured smoke durations, each starting as soon as a slot is free. Returns the groups
+    as they are started: a one-lesson group runs alone, the lessons of a larger group share the machine."""
+    if jobs <= 1:
+        return [[name] for name in names]
+    alone = [[name] for name in names if name in MEASURING]
+    seconds = {r["notebook"]: float(r["seconds"]) for r in course.read_durations() if r["mode"] == "smoke"}
+    rest = sorted((n for n in names if n not in MEASURING), key=lambda n: -seconds.get(n, 0.0))
+    return alone + ([rest] if rest else [])
+
+
+def _run_group(
+    group: list[str], jobs: int, mode: str, cell_timeout: int, folder: Path, source: Path
+) -> dict[str, tuple[str | None, float]]:
+    """Execute a group of lessons, at most `jobs` at a time, each in its own process (`python -m utils.execution`);
+    print each one's output when it ends. Returns {lesson: (None if it passed, else its failure in one line,
+    seconds)}."""
+    import subprocess
+    import tempfile
+
+    results: dict[str, tuple[str | None, float]] = {}
+    waiting, running = list(group), []
+    with tempfile.TemporaryDirectory(prefix="course-lessons-") as logs:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                name = waiting.pop(0)
+                log = open(Path(logs) / f"{name}.log", "w+")  # closed when the lesson ends
+                command = [sys.executable, "-m", "utils.execution", "--mode", mode, "--cell-timeout", str(cell_timeout)]
+                command += ["--folder", str(folder), "--source", str(source), name]
+                env = {**os.environ, SHARED_VAR: "1"} if len(group) > 1 else None  # said in the copy's course_run
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
+                running.append((name, proc, log, time.perf_counter()))
+                print(f"[notebooks] {name} ({mode}) started beside {len(running) - 1} other(s) ...", flush=True)
+            time.sleep(0.5)
+            for entry in [e for e in running if e[1].poll() is not None]:
+                name, proc, log, began = entry
+                running.remove(entry)
+                log.seek(0)
+                output = log.read()
+                log.close()
+                # the lesson's own lines; its one-lesson summary is left out (the run's summary follows at the end)
+                summary = output.find("[notebooks] durations")
+                output = output[:summary] if summary >= 0 and proc.returncode == 0 else output
+                print(output, end="" if output.endswith("\n") else "\n", flush=True)
+                failed = [ln for ln in output.splitlines() if ln.startswith(f"  {name}, cell ")]
+                failure = failed[0].strip() if failed else f"{name}: exit {proc.returncode}"
+                results[name] = (None if proc.returncode == 0 else failure, time.perf_counter() - began)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Execute the named lessons (default: every lesson) in order; print each one's time; 1 if any failed."""
+    """Execute the named lessons (default: every lesson); print each one's time; 1 if any failed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds one cell may run")
     parser.add_argument("--folder", type=Path, default=EXECUTED, help="where the executed copies go")
+    parser.add_argument("--source", type=Path, default=NOTEBOOKS, help="the folder of the lessons")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="lessons executed at a time (default 1, in order); with 2, the lessons in MEASURING still run alone",
+    )
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: every lesson)")
     args = parser.parse_args(argv)
-    names = args.notebooks or [lesson.notebook for lesson in course.lessons()]
-    missing = [name for name in names if not (NOTEBOOKS / name).is_file()]
+    names = args.notebooks or [lesson.notebook for lesson in course.lessons(args.source)]
+    missing = [name for name in names if not (args.source / name).is_file()]
     if missing:
         parser.error(
-            f"no lesson named {', '.join(missing)} in {NOTEBOOKS}: give file names such as 00_start_here.ipynb"
+            f"no lesson named {', '.join(missing)} in {args.source}: give file names such as 00_start_here.ipynb"
         )
+    if args.jobs < 1:
+        parser.error(f"--jobs must be 1 or more, got {args.jobs}")
     times: dict[str, float] = {}
     failed: list[str] = []
-    for name in names:
+    if args.jobs > 1 and len(names) > 1:
+        for group in schedule(names, args.jobs):
+            start = time.perf_counter()
+            ran = _run_group(group, args.jobs, args.mode, args.cell_timeout, args.folder, args.source)
+            for name, (failure, seconds) in ran.items():
+                times[name] = seconds
+                failed += [failure] if failure else []
+            if len(group) > 1:
+                print(
+                    f"[notebooks] {len(group)} lessons, {args.jobs} at a time, in {time.perf_counter() - start:.0f} s"
+                )
+    for name in names if args.jobs == 1 or len(names) == 1 else []:
         print(f"[notebooks] {name} ({args.mode}) ...", flush=True)
         start = time.perf_counter()
         try:
-            execute(name, args.mode, cell_timeout=args.cell_timeout, folder=args.folder)
+            execute(name, args.mode, cell_timeout=args.cell_timeout, folder=args.folder, source_dir=args.source)
             print(f"[notebooks] {name}: passed in {time.perf_counter() - start:.0f} s", flush=True)
         except LessonFailed as err:
             print(f"[notebooks] FAILED {err}", file=sys.stderr, flush=True)

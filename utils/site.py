@@ -187,7 +187,8 @@ def provenance_note(nb: Any) -> str:
         raise ValueError("the executed copy does not say how it was run (no course_run): execute the lesson again")
     return (
         f"*Outputs on this page: {run['mode']} mode ({MODE_MEANING[run['mode']]}), executed on {run['date']} on "
-        f"{run['machine']} with TensorFlow {run['tensorflow']}, in {run['seconds'] / 60:.1f} minutes.*"
+        f"{run['machine']} with TensorFlow {run['tensorflow']}, in {run['seconds'] / 60:.1f} minutes"
+        + (", beside another lesson (alone it takes less).*" if run.get("shared") else ".*")
     )
 
 
