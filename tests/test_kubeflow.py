@@ -1,17 +1,16 @@
 """utils.kubeflow: manifests built with the SDKs, the operators' admission rules, and what the operators give
 every pod, against values worked out by hand from the operators' sources (kubeflow/trainer v1.9.4,
-kubeflow/mpi-operator v0.8.0)."""
+kubeflow/mpi-operator v0.8.0). The jobs rehearsed on lab hosts named as their pods (a TFJob whose killed worker
+is restarted and resumes; an MPIJob whose mpirun reaches the worker pods through the hostfile) are asserted where
+lesson 09 runs them, which CI executes on the lab (test_mpirun_lab checks that CI can)."""
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -198,54 +197,9 @@ def test_the_played_kubelet_restarts_on_failure_only(tmp_path):
         assert pod["exit_codes"] == codes and done.returncode == codes[-1]
 
 
-# ---- rehearsed on the network lab -------------------------------------------------------------------------------
+# ---- rehearsed on loopback (on the lab, lesson 09 runs them) ------------------------------------------------------
 
-SUPPORT = netlab.support()
-needs_lab = pytest.mark.skipif(
-    not SUPPORT.available and os.environ.get("CI") != "true", reason=f"no network lab here: {SUPPORT.reason}"
-)
 SHORT = ["--data-size", "3000", "--width", "32"]
-
-
-@needs_lab
-def test_tfjob_on_the_lab_a_killed_worker_is_restarted_and_training_resumes(tmp_path):
-    """The operator's TF_CONFIG, pods named as on a cluster, a worker SIGKILLed after epoch 1's checkpoint: with
-    restartPolicy OnFailure every failed container runs again (the survivors fail too: a lost peer aborts the
-    collective), and training resumes from the shared checkpoint with no epoch lost or repeated."""
-    args = ["--epochs", "3", "--checkpoint-dir", kf.CHECKPOINTS, *SHORT]
-    job = kf.tfjob("fc", workers=1, chief=1, image=IMAGE, command=MWMS, args=args, checkpoints="ckpt")
-    state = tmp_path / "state.json"
-
-    def crash(lab):
-        deadline = time.monotonic() + 240
-        while not (state.exists() and json.loads(state.read_text())["epoch"] >= 1) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for proc in kf.container_processes(lab, "fc-worker-0", "train_mwms.py"):
-            proc.send_signal(signal.SIGKILL)
-
-    run = kf.rehearse(kf.tf_pods(job), volumes={"ckpt": tmp_path}, during=crash, timeout=300, stream=False)
-    assert run.exit_codes["fc-worker-0"][0] == 137 and run.exit_codes["fc-worker-0"][-1] == 0
-    assert run.exit_codes["fc-chief-0"][-1] == 0 and all(n >= 1 for n in run.restarts.values()), run.exit_codes
-    records = run.records()
-    assert [r["pod"] for r in records] == ["fc-chief-0", "fc-worker-0"] and {r["size"] for r in records} == {2}
-    assert len({r["weights_sha256"] for r in records}) == 1
-    assert [h["epoch"] for h in json.loads(state.read_text())["history"]] == [1, 2, 3]
-
-
-@needs_lab
-@pytest.mark.skipif(netlab.mpi_support() != "", reason=netlab.mpi_support() or "mpirun and sshd are here")
-def test_mpijob_on_the_lab_mpirun_reaches_the_worker_pods_through_the_hostfile():
-    line = ["mpirun", "--allow-run-as-root", "--display-map", "-np", "2", "--bind-to", "none"]
-    line += ["python", "/opt/course/scripts/train_horovod.py", "--epochs", "1", *SHORT]
-    job = kf.mpijob("hvd", workers=2, slots_per_worker=1, image=IMAGE, command=line)
-    run = kf.rehearse(kf.mpi_pods(job), timeout=300, stream=False)
-    assert run.exit_codes == {"hvd-launcher": [0]}
-    assert kf.mpi_rank_hosts(run.output["hvd-launcher"]) == {
-        0: "hvd-worker-0.hvd.default.svc",
-        1: "hvd-worker-1.hvd.default.svc",
-    }
-    records = run.records()
-    assert sorted(r["rank"] for r in records) == [0, 1] and len({r["weights_checksum"] for r in records}) == 1
 
 
 def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path):

@@ -1,10 +1,10 @@
 """SageMaker's MPI launch run for real: the `mpirun` line that SDK v3's own mpi_driver builds, run by Open MPI on
-`algo-1` of the network lab, reaching `algo-2` through its sshd with keys made for the run; the driver's `-np` bug
-and the course's correction, seen in the ranks Open MPI starts; and nothing left after a killed mpirun."""
+`algo-1` of the network lab, reaching `algo-2` through its sshd with keys made for the run; nothing left after a
+killed mpirun. The driver's `-np` bug and the course's correction, seen in the ranks Open MPI starts, are asserted
+by lesson 07's deep dive, which CI executes (and where CI must be able to run it)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import needs_horovod
 
-from utils import launch, netlab, paths, rehearsal
+from utils import launch, netlab, rehearsal
 
 WHY_NOT = netlab.mpi_support()
 # CI runs as root with Open MPI and sshd installed by `make env`: there these tests must run, never skip.
@@ -47,13 +47,6 @@ def sdk_line(extra_options: list[str], entry: str = "mpi_ranks.py") -> list[str]
     return [sys.executable if token == rehearsal.CONTAINER_PYTHON else token for token in line]
 
 
-@pytest.fixture
-def lab():
-    with netlab.Lab(2, "1gbit", names=HOSTS) as lab:
-        lab.start_sshd(envs=[{"SM_CURRENT_HOST": h, "SM_HOSTS": json.dumps(HOSTS)} for h in HOSTS])
-        yield lab
-
-
 def leftovers(folder: Path, mark: str) -> list[str]:
     """Processes of this run still alive: the lab's sshd (their configuration is in its folder), and mpirun, orted
     and ranks on either host (every one of them carries the run's HANG variable)."""
@@ -65,24 +58,21 @@ def leftovers(folder: Path, mark: str) -> list[str]:
     return found
 
 
-@needs_mpi_lab
-@needs_horovod
-def test_the_sdk_line_starts_P_ranks_and_the_corrected_one_H_times_P_over_ssh(lab):
+def test_the_sdk_line_asks_for_P_ranks_where_H_times_P_are_meant():
+    """What Open MPI does with each line (2 ranks on algo-1 from the SDK's own, 4 across both hosts from the
+    corrected one, through algo-2's sshd, identical weights) is asserted where lesson 07's deep dive runs them, which
+    CI executes; test_ci_can_run_mpirun_on_the_lab makes sure that it runs there."""
     plain = sdk_line([])
     assert plain[plain.index("-np") + 1] == "2" and "algo-1:2,algo-2:2" in plain
-    algo_1 = {"SM_CURRENT_HOST": "algo-1"}  # the driver's own variables on algo-1, which mpirun inherits
-    ranks = lab.mpirun(plain, env=algo_1, cwd=paths.WORKERS, timeout=240, stream=False).records()
-    assert [r["size"] for r in ranks] == [2, 2], "the driver's own line: -np 2, Open MPI starts 2 ranks"
-    assert {r["host"] for r in ranks} == {"algo-1"}, "filled by slot: both ranks on algo-1, algo-2 idle"
+    fixed = sdk_line(["-np", "4"])
+    assert rehearsal.ranks_in(plain) == 2 and rehearsal.ranks_in(fixed) == 4
 
-    fixed = lab.mpirun(sdk_line(["-np", "4"]), env=algo_1, cwd=paths.WORKERS, timeout=240, stream=False).records()
-    assert [r["rank"] for r in fixed] == [0, 1, 2, 3] and {r["size"] for r in fixed} == {4}
-    assert all(r["mpi"] for r in fixed), "Horovod's controller is MPI here, not Gloo"
-    assert [r["host"] for r in fixed] == ["algo-1", "algo-1", "algo-2", "algo-2"]
-    # a rank on algo-2 was started through algo-2's sshd, and sees algo-2's own variables, as on SageMaker
-    assert [r["sm_current_host"] for r in fixed] == [r["host"] for r in fixed]
-    assert {r["local_size"] for r in fixed} == {2} and all(r["argv"] == ["--steps", "3"] for r in fixed)
-    assert len({r["checksum"] for r in fixed}) == 1, f"the ranks' weights differ: {fixed}"
+
+def test_ci_can_run_mpirun_on_the_lab():
+    """CI runs as root with Open MPI and sshd installed by `make env`: lesson 07's mpirun runs must happen there."""
+    if os.environ.get("CI") != "true":
+        pytest.skip("outside CI the lesson says why it cannot run mpirun here, and goes on")
+    assert not WHY_NOT, WHY_NOT
 
 
 @needs_mpi_lab

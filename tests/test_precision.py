@@ -170,12 +170,6 @@ def test_check_without_an_answer_does_not_launch(capsys):
     assert "not answered yet" in capsys.readouterr().out
 
 
-def _fp16_average(grad):
-    import horovod.tensorflow as hvd
-
-    return hvd.allreduce(grad, op=hvd.Average, compression=hvd.Compression.fp16)
-
-
 def _plain_average(grad):
     import horovod.tensorflow as hvd
 
@@ -183,8 +177,9 @@ def _plain_average(grad):
 
 
 @needs_horovod
-def test_fp16_exercise_check_accepts_compression_and_rejects_plain_average(capsys):
-    assert precision.check_fp16_allreduce(_fp16_average) is True
+def test_fp16_exercise_check_rejects_a_plain_average(capsys):
+    """That it accepts an answer that compresses is asserted by lesson 06's solution cell, which CI runs; the
+    rejected function here lives in a module the ranks cannot import, so it also travels by value."""
     assert precision.check_fp16_allreduce(_plain_average) is False
     assert "Compression.fp16" in capsys.readouterr().out
 

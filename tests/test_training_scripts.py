@@ -1,4 +1,5 @@
-"""The Horovod training script runs unchanged inside a SageMaker job: data, hyperparameters and folders from SM_*."""
+"""The training scripts run unchanged inside a SageMaker job: data, hyperparameters and folders from SM_*. The Horovod
+script in a rehearsed 2-instance job is test_rehearsal's (its hyperparameters, model and checkpoint)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,9 @@ import portpicker
 import pytest
 from conftest import needs_horovod
 
-from utils import checkpoint, data, launch, paths
+from utils import data, launch, paths
 
 SCRIPTS = paths.SCRIPTS
-
-
-@needs_horovod
-def test_horovod_script_reads_the_sagemaker_environment(tmp_path):
-    channel, model_dir = tmp_path / "input" / "train", tmp_path / "model"
-    channel.mkdir(parents=True)
-    model_dir.mkdir()
-    shutil.copy(data.DATASET, channel / "series.csv")
-    env = {
-        "SM_CHANNEL_TRAIN": str(channel),
-        "SM_MODEL_DIR": str(model_dir),
-        "SM_OUTPUT_DATA_DIR": str(tmp_path / "output"),
-        "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256}),
-    }
-    run = launch.launch_horovodrun(
-        SCRIPTS / "train_horovod.py",
-        2,
-        args=["--checkpoint-dir", str(tmp_path / "ck")],
-        env=env,
-        timeout=180,
-        stream=False,
-    )
-    ranks = run.records()
-    assert [r["rank"] for r in ranks] == [0, 1]
-    assert all(len(r["loss"]) == 1 and r["batch"] == 256 for r in ranks)  # hyperparameters from SM_HPS
-    assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
-    assert (model_dir / "forecaster.keras").exists()  # rank 0 saved the model for deployment
-    assert checkpoint.latest(tmp_path / "ck").epoch == 1
 
 
 def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path):
