@@ -22,7 +22,7 @@ import moto
 import pytest
 from conftest import needs_horovod
 
-from utils import checkpoint, data, paths, rehearsal, tracking
+from utils import data, paths, rehearsal, tracking
 
 BUCKET = "rehearsal-bucket"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -360,31 +360,9 @@ def test_mwms_script_on_two_instances(s3, course_code, tmp_path):
 
 @slow
 @needs_horovod
-def test_horovod_script_on_two_instances_by_mpirun_on_the_lab_or_gloo_on_loopback(s3, course_code, tmp_path):
-    request = make_request(
-        s3,
-        "hvd-job",
-        course_code,
-        "train_horovod.py",
-        count=2,
-        hps={"epochs": 1, "data-size": 2000, "batch-size": 64, "checkpoint-dir": "/opt/ml/checkpoints"},
-        distributed={"process_count_per_node": 1, "mpi_additional_options": ["-np", "2"]},
-        data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
-    )
-    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False)
-    assert done.where == ("loopback" if LAB_WHY else "lab"), done.why_loopback
-    records = done.records()
-    assert done.ranks == 2 and [r["size"] for r in records] == [2, 2]
-    assert all(len(r["loss"]) == 1 and r["batch"] == 64 for r in records)  # the job's hyperparameters
-    assert records[0]["weights_checksum"] == records[1]["weights_checksum"]
-    assert (done.instances[0] / "model" / "forecaster.keras").exists()  # rank 0 saved the model for deployment
-    assert checkpoint.latest(done.instances[0] / "checkpoints").epoch == 1  # /opt/ml/checkpoints of instance 1
-
-
-@slow
-@needs_horovod
-def test_a_job_restarted_after_its_last_checkpoint_finishes_at_once_and_writes_its_model(s3, course_code, tmp_path):
-    """A spot job reclaimed right after its last checkpoint: the restart finds every epoch done."""
+def test_horovod_script_on_two_instances_then_restarted_after_its_last_checkpoint(s3, course_code, tmp_path):
+    """Two instances, one rank each, started by mpirun on the lab (or Gloo on loopback); then the same job reclaimed
+    right after its last checkpoint: the restart finds every epoch done and writes its model again."""
     request = make_request(
         s3,
         "late-reclaim",
@@ -397,13 +375,22 @@ def test_a_job_restarted_after_its_last_checkpoint_finishes_at_once_and_writes_i
         data_channels=[channel("train", f"s3://{BUCKET}/data/train")],
     )
     first = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False)
+    assert first.where == ("loopback" if LAB_WHY else "lab"), first.why_loopback
+    trained = first.records()
+    assert first.ranks == 2 and [r["size"] for r in trained] == [2, 2]
+    assert all(len(r["loss"]) == 1 and r["batch"] == 64 for r in trained)  # the job's hyperparameters
+    assert trained[0]["weights_checksum"] == trained[1]["weights_checksum"]
+    assert (first.instances[0] / "model" / "forecaster.keras").exists()  # rank 0 saved the model for deployment
     assert "checkpoints/late-reclaim/state.json" in first.checkpoint_keys
     s3.delete_object(Bucket=BUCKET, Key="output/late-reclaim/output/model.tar.gz")  # the restart must write it
     second = rehearsal.rehearse(request, s3, root=tmp_path, timeout=240, stream=False, resume=True)
     assert not second.interrupted and second.model_artifact
     assert "every epoch is done" in second.output(0)
     records = second.records()
-    assert [r["loss"] for r in records] == [[], []] and [h["epoch"] for h in records[0]["history"]] == [1]
+    assert all(r["loss"] == [] and r["resumed_after"] == 1 for r in records)
+    assert [h["epoch"] for h in records[0]["history"]] == [1]
+    assert records[0]["history"][0]["loss"] == pytest.approx(trained[0]["loss"][0])
+    assert records[0]["weights_checksum"] == records[1]["weights_checksum"]
     body = s3.get_object(Bucket=BUCKET, Key="output/late-reclaim/output/model.tar.gz")["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
         assert tar.getnames() == ["forecaster.keras"]

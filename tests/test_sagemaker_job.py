@@ -246,21 +246,19 @@ def run_cli(*args, env=None):
     )
 
 
-def test_cli_prints_request_command_and_cost():
-    run = run_cli(
-        "horovod",
-        "--instances",
-        "3",
-        "--processes-per-host",
-        "4",
-        "--instance-type",
-        "ml.g4dn.12xlarge",
-        "--spot",
-        "--max-hours",
-        "2",
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = json.loads(run.stdout)
+def _cli_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sagemaker_job_cli", REPO_ROOT / "scripts" / "sagemaker_job.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    return cli
+
+
+def test_cli_prints_request_command_and_cost(capsys):
+    args = ["horovod", "--instances", "3", "--processes-per-host", "4", "--instance-type", "ml.g4dn.12xlarge"]
+    assert _cli_module().main([*args, "--spot", "--max-hours", "2"]) == 0  # in this process: the SDK is imported
+    out = json.loads(capsys.readouterr().out)
     assert out["ranks"] == out["ranks_wanted"] == 12
     assert out["launch_command"].startswith("mpirun --host algo-1:4,algo-2:4,algo-3:4")
     assert out["request"]["ResourceConfig"] == {
@@ -272,11 +270,7 @@ def test_cli_prints_request_command_and_cost():
 
 
 def test_cli_bad_input_messages(capsys, monkeypatch):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sagemaker_job_cli", REPO_ROOT / "scripts" / "sagemaker_job.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    cli = _cli_module()
     monkeypatch.delenv(sj.ONLINE_FLAG, raising=False)
     cases = [
         (["mwms", "--instances", "0"], "at least 1 instance"),
@@ -476,12 +470,12 @@ def test_a_volume_key_is_refused_on_every_type_with_local_storage_and_kept_on_th
         assert sj.JobConfig(kind="mwms", instances=2, instance_type=kind, kms_key=KMS_KEY).kms_key == KMS_KEY
 
 
-def test_the_launch_command_shows_the_containers_python_not_this_machines():
+def test_the_launch_command_shows_the_containers_python_not_this_machines(capsys):
     from utils import rehearsal
 
-    run = run_cli("horovod", "--instances", "2", "--processes-per-host", "4", "--instance-type", "ml.g4dn.12xlarge")
-    assert run.returncode == 0, run.stderr[-2000:]
-    command = json.loads(run.stdout)["launch_command"]
+    args = ["horovod", "--instances", "2", "--processes-per-host", "4", "--instance-type", "ml.g4dn.12xlarge"]
+    assert _cli_module().main(args) == 0
+    command = json.loads(capsys.readouterr().out)["launch_command"]
     assert sys.executable not in command and str(REPO_ROOT) not in command
     assert f" {rehearsal.CONTAINER_PYTHON} -m mpi4py train_horovod.py" in command
     assert "AWS_ACCESS_KEY_ID" not in command, "a job's instances get their credentials from its role, not -x"
