@@ -49,8 +49,8 @@ def measure_allreduce(
             if _grows_with_size(these):
                 break
             print(
-                f"allreduce on {n} ranks: the best times do not grow with size (other programs took the cores): "
-                "measured again",
+                f"allreduce on {n} ranks: the best times do not grow with size (something slowed the small "
+                "messages, such as another program on these cores): measuring again",
                 flush=True,
             )
             these = merge_best(these, _allreduce_rows(n, args, timeout, env, bandwidth, cpu))

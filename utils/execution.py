@@ -253,20 +253,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be 1 or more, got {args.jobs}")
     times: dict[str, float] = {}
     failed: list[str] = []
-    if args.jobs > 1 and len(names) > 1:
-        for group in schedule(names, args.jobs):
-            start = time.perf_counter()
+    for group in schedule(names, args.jobs):
+        start = time.perf_counter()
+        if len(group) > 1:  # lessons that share the machine, each in a process of its own
             ran = _run_group(group, args.jobs, args.mode, args.cell_timeout, args.folder, args.source)
             for name, (failure, seconds) in ran.items():
                 times[name] = seconds
                 failed += [failure] if failure else []
-            if len(group) > 1:
-                print(
-                    f"[notebooks] {len(group)} lessons, {args.jobs} at a time, in {time.perf_counter() - start:.0f} s"
-                )
-    for name in names if args.jobs == 1 or len(names) == 1 else []:
+            print(f"[notebooks] {len(group)} lessons, {args.jobs} at a time, in {time.perf_counter() - start:.0f} s")
+            continue
+        (name,) = group
         print(f"[notebooks] {name} ({args.mode}) ...", flush=True)
-        start = time.perf_counter()
         try:
             execute(name, args.mode, cell_timeout=args.cell_timeout, folder=args.folder, source_dir=args.source)
             print(f"[notebooks] {name}: passed in {time.perf_counter() - start:.0f} s", flush=True)
