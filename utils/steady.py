@@ -15,7 +15,8 @@ lesson says so.
     use = fig.value
 
 Recording a reference: `tools/time_notebooks.py --record-references` executes lessons with
-COURSE_RECORD_REFERENCES=1; each `Steady` that is trusted then writes its row.
+COURSE_RECORD_REFERENCES=1; each `Steady` that is trusted then writes its row. `rounds()` says how many rounds a
+lesson measures: a smoke run measures one (its verdict uses the recorded figure) unless it records.
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ FIELDS = [
 #: Above this share of the machine taken by other programs, a measurement is not trusted for a verdict.
 MAX_OTHERS = 0.15
 RECORD_ENV = "COURSE_RECORD_REFERENCES"
+
+
+def rounds(full: int = 3) -> int:
+    """How many alternated rounds a verdict-bearing measurement takes: `full` in full mode; in smoke mode one, which
+    cannot show its spread, so a smoke run's verdict uses the recorded figure, except while the references are
+    being recorded (COURSE_RECORD_REFERENCES=1): then two, the fewest a trusted figure needs."""
+    if not mode.is_smoke():
+        return full
+    return 2 if os.environ.get(RECORD_ENV) == "1" else 1
 
 
 @dataclass(frozen=True)
@@ -294,7 +304,8 @@ class Steady:
 
     def _sentence(self, what: str, f) -> str:
         rounds = ", ".join(f(v) for v in self.values)
-        head = f"{what}: {f(self.measured)}, median of {len(self.values)} alternated rounds ({rounds}); {self.contention.line()}"
+        measured = f"median of {len(self.values)} alternated rounds ({rounds})" if len(self.values) > 1 else "one round"
+        head = f"{what}: {f(self.measured)}, {measured}; {self.contention.line()}"
         if self.trusted:
             return f"{head}. The rounds agree and the machine was quiet enough: the verdict uses {f(self.measured)}."
         if self.ref is not None:
