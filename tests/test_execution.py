@@ -132,6 +132,9 @@ def test_two_at_a_time_the_measuring_lessons_run_alone_and_a_failure_is_named(le
     names = ["04_horovod.ipynb", "05_a.ipynb", "06_b.ipynb", "07_c.ipynb"]
     assert execution.schedule(names, 1) == [[n] for n in names]
     assert execution.schedule(names, 2)[0] == ["04_horovod.ipynb"]
+    # the capstone decides its verdict on its measured rounds in full mode only (one round in smoke mode)
+    assert execution.schedule(["08_capstone.ipynb", *names[1:]], 2, "full")[0] == ["08_capstone.ipynb"]
+    assert ["08_capstone.ipynb"] not in execution.schedule(["08_capstone.ipynb", *names[1:]], 2, "smoke")
     code = execution.main(["--mode", "smoke", "--jobs", "2", "--source", str(src), "--folder", str(out), *names])
     assert code == 1
     assert "07_c.ipynb, cell 1 (id" in capsys.readouterr().err
