@@ -126,22 +126,22 @@ def test_two_at_a_time_the_measuring_lessons_run_alone_and_a_failure_is_named(le
         "pathlib.Path('{t}', '{name}').write_text(f'{{start}} {{time.time()}}')"
     )
     # named as a lesson that measures (execution.MEASURING), and three that do not
-    for name in ("04_horovod.ipynb", "05_a.ipynb", "06_b.ipynb"):
+    for name in ("03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb"):
         write(src, name, new_code_cell(record.format(t=times, name=name)))
     write(src, "07_c.ipynb", new_code_cell("raise ValueError('no data')"))
-    names = ["04_horovod.ipynb", "05_a.ipynb", "06_b.ipynb", "07_c.ipynb"]
+    names = ["03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb", "07_c.ipynb"]
     assert execution.schedule(names, 1) == [[n] for n in names]
-    assert execution.schedule(names, 2)[0] == ["04_horovod.ipynb"]
-    # the capstone decides its verdict on its measured rounds in full mode only (one round in smoke mode)
-    assert execution.schedule(["08_capstone.ipynb", *names[1:]], 2, "full")[0] == ["08_capstone.ipynb"]
-    assert ["08_capstone.ipynb"] not in execution.schedule(["08_capstone.ipynb", *names[1:]], 2, "smoke")
+    assert execution.schedule(names, 2)[0] == ["03_allreduce_cost.ipynb"]
+    for lesson in ("04_horovod.ipynb", "08_capstone.ipynb"):  # a verdict on measured rounds in full mode only
+        assert execution.schedule([lesson, *names[1:]], 2, "full")[0] == [lesson]
+        assert [lesson] not in execution.schedule([lesson, *names[1:]], 2, "smoke")
     code = execution.main(["--mode", "smoke", "--jobs", "2", "--source", str(src), "--folder", str(out), *names])
     assert code == 1
     assert "07_c.ipynb, cell 1 (id" in capsys.readouterr().err
     spans = {p.name: tuple(map(float, p.read_text().split())) for p in times.iterdir()}
     overlap = lambda a, b: spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
     assert overlap("05_a.ipynb", "06_b.ipynb"), "the two lessons that do not measure ran one after the other"
-    assert not overlap("04_horovod.ipynb", "05_a.ipynb") and not overlap("04_horovod.ipynb", "06_b.ipynb")
+    assert not overlap("03_allreduce_cost.ipynb", "05_a.ipynb") and not overlap("03_allreduce_cost.ipynb", "06_b.ipynb")
     assert all(execution.is_current(n, "smoke", out, src) for n in names[:3])
     shared = {n: nbformat.read(out / "smoke" / n, as_version=4).metadata["course_run"]["shared"] for n in names[:3]}
-    assert shared == {"04_horovod.ipynb": False, "05_a.ipynb": True, "06_b.ipynb": True}
+    assert shared == {"03_allreduce_cost.ipynb": False, "05_a.ipynb": True, "06_b.ipynb": True}

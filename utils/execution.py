@@ -28,12 +28,13 @@ from utils.paths import NOTEBOOKS, REPO_ROOT
 EXECUTED = REPO_ROOT / "build" / "executed"
 MODES = ("smoke", "full")
 #: Lessons whose verdicts or asserts rest on times they measure, by mode: `--jobs 2` executes them with no other
-#: lesson beside them. Lesson 03 asserts that its allreduce times grow with size; lesson 04 that each profiled run
-#: is bound by the part its setting slowed (and in full mode its efficiency's rounds decide); the capstone's
-#: calibration decides its verdict in full mode only: a smoke run measures one round (steady.rounds), so its
-#: verdict uses the recorded figure whoever shares the machine.
+#: lesson beside them. Lesson 03 asserts that its allreduce times grow with size. In full mode, lesson 04's
+#: scaling efficiency and the capstone's calibration decide their verdicts on their measured rounds; a smoke run
+#: measures one round (steady.rounds), so their verdicts use the recorded figures whoever shares the machine, and
+#: lesson 04's other timed asserts (which part binds each profiled run) hold by wide margins: with other programs
+#: taking 40 % of the 2-core machine, input 92 %, compute 84 % and allreduce 82 % of their runs' steps.
 MEASURING = {
-    "smoke": frozenset({"03_allreduce_cost.ipynb", "04_horovod.ipynb"}),
+    "smoke": frozenset({"03_allreduce_cost.ipynb"}),
     "full": frozenset({"03_allreduce_cost.ipynb", "04_horovod.ipynb", "08_capstone.ipynb"}),
 }
 #: Set for a lesson executed beside others (`--jobs 2`): its copy's `course_run` says so (`shared`).
