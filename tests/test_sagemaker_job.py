@@ -235,17 +235,6 @@ def test_online_needs_opt_in_and_credentials(no_aws_credentials):
         sj.check_online_allowed({sj.ONLINE_FLAG: "1"})
 
 
-def run_cli(*args, env=None):
-    return subprocess.run(
-        [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO_ROOT,
-        env=env,
-    )
-
-
 def _cli_module():
     import importlib.util
 
@@ -388,8 +377,7 @@ def refusing_aws():
 
 def online_env(endpoint: str) -> dict[str, str]:
     """Opted in, with credentials that AWS (the endpoint given) will not accept, and a role."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return env | {
+    return {
         sj.ONLINE_FLAG: "1",
         "AWS_ACCESS_KEY_ID": "AKIAUNUSABLE00000000",
         "AWS_SECRET_ACCESS_KEY": "unusable",
@@ -400,31 +388,42 @@ def online_env(endpoint: str) -> dict[str, str]:
     }
 
 
-def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws):
-    run = run_cli("single", "--online", "--limit-usd", "0.01", env=online_env(refusing_aws))
-    assert run.returncode == 2, run.stderr[-2000:]
-    assert "Traceback" not in run.stderr
-    assert "above your limit of $0.01" in run.stderr
+def run_cli(monkeypatch, capsys, *args, env):
+    """scripts/sagemaker_job.py's main in this process (a new process would import the SDK again), with no AWS
+    setting of this machine's and those of `env`: its exit code and what it wrote to stderr."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code = _cli_module().main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws, monkeypatch, capsys):
+    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "0.01", env=online_env(refusing_aws))
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err
+    assert "above your limit of $0.01" in err
     assert _RefusingAWS.calls == [], "the cost guard must come before any call to AWS"
 
 
-def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws):
-    run = run_cli("single", "--online", "--limit-usd", "100", env=online_env(refusing_aws))
-    assert run.returncode == 2, run.stderr[-2000:]
-    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert "InvalidClientTokenId" in run.stderr and "aws sts get-caller-identity" in run.stderr
+def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws, monkeypatch, capsys):
+    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "100", env=online_env(refusing_aws))
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "InvalidClientTokenId" in err and "aws sts get-caller-identity" in err
     assert _RefusingAWS.calls, "the refusal came from the endpoint"
 
 
-def test_online_says_so_when_aws_cannot_be_reached():
+def test_online_says_so_when_aws_cannot_be_reached(monkeypatch, capsys):
     with socket.socket() as closed:  # a port nothing listens on once this block ends
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     env = online_env(f"http://127.0.0.1:{port}") | {"AWS_MAX_ATTEMPTS": "1"}
-    run = run_cli("single", "--online", "--limit-usd", "100", env=env)
-    assert run.returncode == 2, run.stderr[-2000:]
-    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
-    assert "could not reach AWS" in run.stderr
+    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "100", env=env)
+    assert code == 2, err[-2000:]
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "could not reach AWS" in err
 
 
 def test_an_invalid_limit_is_named_before_missing_credentials(no_aws_credentials, capsys):
