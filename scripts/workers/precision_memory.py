@@ -18,6 +18,9 @@ import gc
 import json
 import os
 
+if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() not in ("1", "true"):  # before TensorFlow's import
+    raise SystemExit("set TF_CPU_ALLOCATOR_USE_BFC=true: without the BFC allocator TensorFlow counts no CPU memory")
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -34,8 +37,6 @@ args = parser.parse_args()
 tf.get_logger().setLevel("ERROR")  # no retracing notices: a new model per policy and batch, on purpose
 # Several copies may run side by side (utils.launch.launch_tf_workers): each names itself by its TF_CONFIG index.
 copy = int(json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0))
-if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").lower() not in ("1", "true"):
-    raise SystemExit("set TF_CPU_ALLOCATOR_USE_BFC=true: without the BFC allocator TensorFlow counts no CPU memory")
 
 
 def held() -> int:
