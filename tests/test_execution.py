@@ -130,8 +130,8 @@ def test_two_at_a_time_the_measuring_lessons_run_alone_and_a_failure_is_named(le
         write(src, name, new_code_cell(record.format(t=times, name=name)))
     write(src, "07_c.ipynb", new_code_cell("raise ValueError('no data')"))
     names = ["03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb", "07_c.ipynb"]
-    assert execution.schedule(names, 1) == [[n] for n in names]
-    assert execution.schedule(names, 2)[0] == ["03_allreduce_cost.ipynb"]
+    assert execution.schedule(names, 1, "smoke") == [[n] for n in names]
+    assert execution.schedule(names, 2, "smoke")[0] == ["03_allreduce_cost.ipynb"]
     for lesson in ("04_horovod.ipynb", "08_capstone.ipynb"):  # a verdict on measured rounds in full mode only
         assert execution.schedule([lesson, *names[1:]], 2, "full")[0] == [lesson]
         assert [lesson] not in execution.schedule([lesson, *names[1:]], 2, "smoke")

@@ -222,7 +222,7 @@ def test_memory_worker_counts_bytes(tmp_path):
 
 
 def test_memory_worker_refuses_to_run_without_the_bfc_allocator():
-    with pytest.raises(launch.WorkerError, match="exited with code 1"):
+    with pytest.raises(launch.WorkerError, match="set TF_CPU_ALLOCATOR_USE_BFC=true"):
         launch.launch_tf_workers(paths.WORKERS / "precision_memory.py", 1, timeout=120, stream=False)
 
 

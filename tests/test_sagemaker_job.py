@@ -388,42 +388,56 @@ def online_env(endpoint: str) -> dict[str, str]:
     }
 
 
-def run_cli(monkeypatch, capsys, *args, env):
-    """scripts/sagemaker_job.py's main in this process (a new process would import the SDK again), with no AWS
-    setting of this machine's and those of `env`: its exit code and what it wrote to stderr."""
-    for key in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    code = _cli_module().main(list(args))
-    return code, capsys.readouterr().err
+def without_aws(settings: dict[str, str]) -> dict[str, str]:
+    """This process's environment without its AWS settings, and with `settings`: a new process's environment."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | settings
+
+
+def run_cli(*args, env):
+    """scripts/sagemaker_job.py in a new process, as a learner runs it: what it writes to stderr is all there is."""
+    return subprocess.run(
+        [sys.executable, str(REPO_ROOT / "scripts" / "sagemaker_job.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO_ROOT,
+        env=without_aws(env),
+    )
 
 
 def test_online_refuses_a_job_over_the_limit_before_calling_aws(refusing_aws, monkeypatch, capsys):
-    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "0.01", env=online_env(refusing_aws))
-    assert code == 2, err[-2000:]
-    assert "Traceback" not in err
-    assert "above your limit of $0.01" in err
+    """In this process (a new one would import the SDK again): the guard stops the CLI before any call."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in online_env(refusing_aws).items():
+        monkeypatch.setenv(key, value)
+    assert _cli_module().main(["single", "--online", "--limit-usd", "0.01"]) == 2
+    assert "above your limit of $0.01" in capsys.readouterr().err
     assert _RefusingAWS.calls == [], "the cost guard must come before any call to AWS"
 
 
-def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws, monkeypatch, capsys):
-    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "100", env=online_env(refusing_aws))
-    assert code == 2, err[-2000:]
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "InvalidClientTokenId" in err and "aws sts get-caller-identity" in err
+def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing_aws):
+    run = run_cli("single", "--online", "--limit-usd", "100", env=online_env(refusing_aws))
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "InvalidClientTokenId" in run.stderr and "aws sts get-caller-identity" in run.stderr
     assert _RefusingAWS.calls, "the refusal came from the endpoint"
 
 
-def test_online_says_so_when_aws_cannot_be_reached(monkeypatch, capsys):
+def test_online_says_so_when_aws_cannot_be_reached():
     with socket.socket() as closed:  # a port nothing listens on once this block ends
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    env = online_env(f"http://127.0.0.1:{port}") | {"AWS_MAX_ATTEMPTS": "1"}
-    code, err = run_cli(monkeypatch, capsys, "single", "--online", "--limit-usd", "100", env=env)
-    assert code == 2, err[-2000:]
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "could not reach AWS" in err
+    run = run_cli(
+        "single",
+        "--online",
+        "--limit-usd",
+        "100",
+        env=online_env(f"http://127.0.0.1:{port}") | {"AWS_MAX_ATTEMPTS": "1"},
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "could not reach AWS" in run.stderr
 
 
 def test_an_invalid_limit_is_named_before_missing_credentials(no_aws_credentials, capsys):
@@ -523,7 +537,11 @@ def test_a_tracking_server_over_the_limit_or_without_the_opt_in_is_refused_befor
         "sj.create_mlflow_server_online('course', 's3://bucket/mlflow', 50, 12, region='eu-west-2')\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=online_env(refusing_aws), cwd=REPO_ROOT
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=without_aws(online_env(refusing_aws)),
+        cwd=REPO_ROOT,
     )
     assert "OnlineError" in out.stderr and "InvalidClientTokenId" in out.stderr, out.stderr[-1500:]
     assert _RefusingAWS.calls, "with the opt-in, within the limit, the request was sent"

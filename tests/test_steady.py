@@ -126,13 +126,14 @@ def test_the_steadiness_trial_still_finds_the_cells_that_decide_each_figure():
         assert nb.cells[-1].source.startswith("import statistics"), name
 
 
-def test_a_smoke_run_measures_one_round_unless_it_records_the_references(monkeypatch):
-    monkeypatch.delenv("COURSE_SMOKE", raising=False)
-    monkeypatch.delenv(steady.RECORD_ENV, raising=False)
+def test_a_smoke_run_measures_one_round_unless_it_records_or_tries_the_references(monkeypatch):
+    for name in ("COURSE_SMOKE", steady.RECORD_ENV, steady.ALL_ROUNDS_ENV):
+        monkeypatch.delenv(name, raising=False)
     assert steady.rounds(3) == 3
     monkeypatch.setenv("COURSE_SMOKE", "1")
-    assert steady.rounds(3) == 1 and not steady.Steady("x", [0.9] * steady.rounds(3), QUIET, tolerance=0.1).trusted
-    monkeypatch.setenv(steady.RECORD_ENV, "1")
-    recording = steady.rounds(3)
-    monkeypatch.delenv(steady.RECORD_ENV)  # a trusted figure would be written to the course's references
-    assert steady.Steady("x", [0.9] * recording, QUIET, tolerance=0.1).trusted
+    one = steady.Steady("x", [0.9] * steady.rounds(3), QUIET, tolerance=0.1, ref=REF)
+    assert not one.trusted and one.value == REF.value and "0.90, one round;" in one.sentence("x")
+    for name in (steady.RECORD_ENV, steady.ALL_ROUNDS_ENV):  # recording, or the steadiness trial
+        monkeypatch.setenv(name, "1")
+        assert steady.rounds(3) == 3
+        monkeypatch.delenv(name)

@@ -106,7 +106,7 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
   # Two lessons at a time (NOTEBOOK_JOBS): most of them keep one core busy, not two; the lessons whose verdicts
-  # rest on times they measure (utils.execution.MEASURING, by mode) still run with nothing beside them.
+  # or asserts rest on times they measure (utils.execution.MEASURING, by mode) still run with nothing beside them.
   jobs="${NOTEBOOK_JOBS:-2}"
   echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom, $jobs at a time; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
   export COURSE_SOLUTIONS=run  # every %%solution cell runs, so that CI checks each solution

@@ -111,6 +111,7 @@ def main() -> None:
         parser.error(f"no trial defined for {sorted(unknown)}; choose from {list(TRIALS)}")
     os.environ["COURSE_SMOKE"] = "1" if args.mode == "smoke" else "0"
     os.environ.pop("COURSE_RECORD_REFERENCES", None)
+    os.environ["COURSE_ALL_ROUNDS"] = "1"  # a smoke run measures one round otherwise (utils.steady.rounds)
     command = "python tools/steadiness_trial.py " + " ".join(sys.argv[1:])
     cpu = envinfo.cpu_info()
     busy = [

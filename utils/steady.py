@@ -9,14 +9,14 @@ otherwise it is the figure recorded on a quiet machine (`data/reference_figures.
 lesson says so.
 
     with steady.CpuWatch() as watch:
-        values = [measure() for _ in range(3)]
+        values = [measure() for _ in range(steady.rounds(3))]  # one in smoke mode
     fig = steady.Steady("04 scaling efficiency", values, watch.result, tolerance=0.10)
     print(fig.sentence("scaling efficiency at 2 ranks"))
     use = fig.value
 
 Recording a reference: `tools/time_notebooks.py --record-references` executes lessons with
 COURSE_RECORD_REFERENCES=1; each `Steady` that is trusted then writes its row. `rounds()` says how many rounds a
-lesson measures: a smoke run measures one (its verdict uses the recorded figure) unless it records.
+lesson measures: a smoke run measures one (its verdict uses the recorded figure), unless it records or tries them.
 """
 
 from __future__ import annotations
@@ -52,15 +52,18 @@ FIELDS = [
 #: Above this share of the machine taken by other programs, a measurement is not trusted for a verdict.
 MAX_OTHERS = 0.15
 RECORD_ENV = "COURSE_RECORD_REFERENCES"
+#: Set to 1 for a smoke run that measures every round of a verdict-bearing figure, as a full run does.
+ALL_ROUNDS_ENV = "COURSE_ALL_ROUNDS"
 
 
 def rounds(full: int = 3) -> int:
-    """How many alternated rounds a verdict-bearing measurement takes: `full` in full mode; in smoke mode one, which
-    cannot show its spread, so a smoke run's verdict uses the recorded figure, except while the references are
-    being recorded (COURSE_RECORD_REFERENCES=1): then two, the fewest a trusted figure needs."""
-    if not mode.is_smoke():
+    """How many alternated rounds a verdict-bearing measurement takes: `full`, except in a smoke run, which measures
+    one (one round cannot show its spread, so the verdict uses the recorded figure where there is one). A smoke run
+    that records the references (COURSE_RECORD_REFERENCES=1) or tries their steadiness (COURSE_ALL_ROUNDS=1, set
+    by tools/steadiness_trial.py) measures `full` rounds too."""
+    if not mode.is_smoke() or os.environ.get(RECORD_ENV) == "1" or os.environ.get(ALL_ROUNDS_ENV) == "1":
         return full
-    return 2 if os.environ.get(RECORD_ENV) == "1" else 1
+    return 1
 
 
 @dataclass(frozen=True)
