@@ -754,6 +754,24 @@ def _horovodrun() -> str | None:
     return str(beside) if beside.exists() else shutil.which("horovodrun")
 
 
+#: How the launchers start horovodrun: its own entry point (`horovod.runner.launch.run_commandline`, what the
+#: `horovodrun` command runs), with its build check answered by the one `horovod_available` has just made.
+HOROVODRUN = (sys.executable, "-m", "utils.launch", "horovodrun")
+
+
+def _answer_build_check() -> None:
+    """Answer horovodrun's "was Horovod built with Gloo?" from `horovod_available`, which its caller has just run.
+
+    horovodrun asks it in a forked process that imports `horovod.tensorflow`, and so TensorFlow: about 3.5 s of one
+    core on a 2-core machine before any rank starts. The launcher's process has asked the same question
+    (`hvd.gloo_built()`) already; everything else horovodrun does (rendezvous, ranks, their environment and output)
+    is its own code, unchanged.
+    """
+    from horovod.runner import launch as runner
+
+    runner.gloo_built = lambda verbose=False: True
+
+
 def _horovodrun_failure(output: str) -> tuple[int, str] | None:
     """The first rank that made horovodrun fail, and how, read from its output."""
     m = re.search(r"Process (\d+) exit with status code (-?\d+)", output) or re.search(
@@ -808,7 +826,10 @@ def launch_horovodrun(
     horovodrun_args: Sequence[str] = (),
     stopped_after: float | None = STOPPED_AFTER,
 ) -> RunResult:
-    """Run `script` on `np` local ranks with `horovodrun --gloo -np N -H localhost:N` (plus `horovodrun_args`).
+    """Run `script` on `np` local ranks as `horovodrun --gloo -np N -H localhost:N` does (plus `horovodrun_args`).
+
+    horovodrun's own code runs the job (`HOROVODRUN`); only its check of the Horovod build is answered by this
+    function's own (`horovod_available`).
 
     With `--host-discovery-script` among `horovodrun_args` (elastic mode), `-H` is left out. A rank
     stopped (state T) for `stopped_after` s fails the run (see `run_workers`).
@@ -821,7 +842,7 @@ def launch_horovodrun(
     run_id = uuid.uuid4().hex
     hosts = [] if "--host-discovery-script" in horovodrun_args else ["-H", f"localhost:{np}"]
     command = [
-        _horovodrun(),
+        *HOROVODRUN,
         "--gloo",
         "-np",
         str(np),
@@ -902,6 +923,7 @@ def _horovod_run_driver(work: Path) -> None:
     import horovod
 
     fn, args, kwargs, np = pickle.loads((work / "job.pkl").read_bytes())
+    _answer_build_check()  # horovod_run checked it before it started this driver
     results = horovod.run(fn, args=args, kwargs=kwargs, np=np, hosts=f"localhost:{np}", use_gloo=True)
     (work / "results.pkl").write_bytes(cloudpickle.dumps(results))
 
@@ -909,5 +931,14 @@ def _horovod_run_driver(work: Path) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "horovod-run":
         _horovod_run_driver(Path(sys.argv[2]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "horovodrun":
+        from horovod.runner.launch import run_commandline
+
+        _answer_build_check()  # launch_horovodrun checked it before it started this
+        sys.argv = ["horovodrun", *sys.argv[2:]]
+        sys.exit(run_commandline())
     else:
-        sys.exit("usage: python -m utils.launch horovod-run WORK_DIR (used by utils.launch.horovod_run)")
+        sys.exit(
+            "usage: python -m utils.launch horovod-run WORK_DIR | horovodrun ARGS... "
+            "(used by utils.launch.horovod_run and launch_horovodrun, after their check of the Horovod build)"
+        )
