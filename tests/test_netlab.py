@@ -293,13 +293,18 @@ INCAST = textwrap.dedent(
     me = int(os.environ["LAB_HOST_INDEX"]); hosts = os.environ["LAB_HOSTS"].split(",")
     if me == 0:  # receives from every other host at once: only its downlink (the switch port's tbf) limits it
         server = socket.create_server(("0.0.0.0", 5301))
-        got, stamps = [0], []
+        log, lock = [], threading.Lock()  # (when, bytes) of every read, from both senders
         def take(conn):
             while (data := conn.recv(1 << 20)):
-                got[0] += len(data); stamps.append(time.monotonic())
+                with lock: log.append((time.monotonic(), len(data)))
         threads = [threading.Thread(target=take, args=(server.accept()[0],)) for _ in hosts[1:]]
         [t.start() for t in threads]; [t.join() for t in threads]
-        print("RATE", 8 * got[0] / (stamps[-1] - stamps[0]))
+        start, end = log[0][0], log[-1][0]
+        bins = [0] * (int((end - start) / 0.1) + 1)  # bytes read in each 0.1 s
+        for when, size in log:
+            bins[int((when - start) / 0.1)] += size
+        busiest = max(sum(bins[i : i + 10]) for i in range(max(1, len(bins) - 9)))  # the busiest second's bytes
+        print("RATE", 8 * sum(s for _, s in log) / (end - start), "BUSIEST", 8 * busiest)
     else:
         for _ in range(100):
             try:
@@ -320,10 +325,14 @@ def test_a_hosts_downlink_is_shaped_too():
     """Two hosts send to a third at once: together they get no more than the receiver's link."""
     with netlab.Lab(3, "100mbit") as lab:
         result = lab.run([[sys.executable, "-c", INCAST]] * 3, stream=False, timeout=60)
-    rate = float(result.workers[0].output.split("RATE")[1])
-    # The claim is the upper bound. Two senders into one shaped queue lose some goodput (incast): alone on this
-    # 2-core machine the test measured 78.5, 86.8 and 93.2 Mbit/s; the lower bound only catches a starved link.
-    assert 0.7 * 100e6 < rate < 1.05 * 100e6, f"{rate:.3g} bit/s into a 100 Mbit/s downlink"
+    rate, busiest = map(float, result.workers[0].output.split("RATE")[1].split("BUSIEST"))
+    # The claim is the upper bound: over the whole transfer and over its busiest second. Two senders into one
+    # shaped queue lose packets (incast); a flow that waits out TCP's retransmission timeouts leaves a slow tail
+    # after the other has finished, so the mean over the whole transfer varies (27 to 99 Mbit/s over 35 runs alone
+    # on this 2-core machine) while the busiest second stayed within 99.4 to 101.7 Mbit/s over 20 of them: its
+    # lower bound catches a starved link.
+    assert rate < 1.05 * 100e6, f"{rate:.3g} bit/s into a 100 Mbit/s downlink over the whole transfer"
+    assert 0.7 * 100e6 < busiest < 1.05 * 100e6, f"{busiest:.3g} bit/s into a 100 Mbit/s downlink in its busiest second"
 
 
 @needs_lab
