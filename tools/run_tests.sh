@@ -4,7 +4,7 @@
 # Bounded per test, per notebook cell, and as a whole run.
 #   bash tools/run_tests.sh [all|lint|unit|notebooks]
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell); TEST_WORKERS
-# unit tests run at a time (default 2), NOTEBOOK_JOBS lessons (default 2; 1 executes them in order, one by one).
+# unit tests run at a time (default 3), NOTEBOOK_JOBS lessons (default 2; 1 executes them in order, one by one).
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 1
@@ -97,7 +97,8 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   # Most tests wait on processes they start (rendezvous, timeouts, TensorFlow's import), so they run
   # TEST_WORKERS at a time (pytest-xdist); the ones that measure a bandwidth or a duration (marked `alone`)
   # run afterwards with nothing beside them.
-  workers="${TEST_WORKERS:-2}"
+  # Three on two cores: with two, the cores stood idle a third of the stage (measured), most tests waiting.
+  workers="${TEST_WORKERS:-3}"
   echo "[test] unit tests ($workers at a time, then the ones that measure, alone)"
   run tests -q -p no:cacheprovider --timeout=300 --durations=10 -n "$workers" --dist worksteal -m "not alone" \
     || rc=1
