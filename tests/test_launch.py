@@ -555,8 +555,8 @@ HVD_KILLS_HOROVODRUN = """
     import psutil
     hvd.init()
     if hvd.rank() == 0:
-        # the outermost: horovodrun forks helpers that carry its command line too
-        runner = [p for p in psutil.Process().parents() if "horovodrun" in " ".join(p.cmdline())][-1]
+        # the launcher's horovodrun process (utils.launch.HOROVODRUN), not a path that holds the word
+        runner = next(p for p in psutil.Process().parents() if p.cmdline()[1:4] == ["-m", "utils.launch", "horovodrun"])
         runner.send_signal(signal.SIGKILL)
     time.sleep(120)
 """

@@ -744,7 +744,7 @@ def horovod_available() -> tuple[bool, str]:
         )
     if not hvd.gloo_built():
         return False, "Horovod is installed but was built without Gloo; rebuild it with `make horovod`."
-    if _horovodrun() is None:
+    if _horovodrun() is None:  # the launchers run its code from Python; a learner runs the command in a terminal
         return False, "Horovod imports but its `horovodrun` command is missing; reinstall it with `make horovod`."
     return True, "Horovod with Gloo is available."
 
