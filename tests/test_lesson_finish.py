@@ -36,3 +36,10 @@ def test_finish_stops_leftover_workers_removes_the_folder_and_reminds_to_shut_do
 def test_finish_with_nothing_left_names_only_the_folder():
     line = lesson.Lesson("00_start_here.ipynb").finish()
     assert "Freed: its scratch folder. This kernel still holds" in line
+
+
+def test_a_kernel_that_ends_without_the_last_cell_leaves_no_scratch_folder():
+    code = "from utils import lesson; L = lesson.Lesson('00_start_here.ipynb'); (L.work / 'x').write_text('x'); print(L.work)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    work = out.stdout.strip().splitlines()[-1]
+    assert "course-lesson-" in work and not os.path.exists(work), f"{work} is still there"

@@ -7,6 +7,7 @@ import shutil
 import sys
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,10 @@ class Lesson:
     horovod_why: str = "Horovod was not checked by this lesson's set-up."
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="course-lesson-")))
     started: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        # The scratch folder goes when the kernel shuts down, also where the last cell (finish) never ran.
+        self._remove_work = weakref.finalize(self, shutil.rmtree, str(self.work), ignore_errors=True)
 
     def need_horovod(self) -> bool:
         """True where Horovod works; otherwise print why the cell skips its Horovod part, and return False."""
@@ -52,7 +57,7 @@ class Lesson:
         interrupted mid-run can leave them), network labs still up, and matplotlib's open figures. The kernel's
         own memory (TensorFlow's included) is freed only when the kernel shuts down, hence the reminder.
         """
-        shutil.rmtree(self.work, ignore_errors=True)
+        self._remove_work()
         workers = _leftover_workers()
         left = processes.stop(workers)
         netlab = sys.modules.get("utils.netlab")
