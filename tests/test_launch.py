@@ -553,10 +553,11 @@ HVD_KILLS_HOROVODRUN = """
     import os, signal, time
     import horovod.tensorflow as hvd
     import psutil
+    from utils import launch
     hvd.init()
     if hvd.rank() == 0:
-        # the launcher's horovodrun process (utils.launch.HOROVODRUN), not a path that holds the word
-        runner = next(p for p in psutil.Process().parents() if p.cmdline()[1:4] == ["-m", "utils.launch", "horovodrun"])
+        # the launcher's horovodrun process, by its command line (not a path that holds the word)
+        runner = next(p for p in psutil.Process().parents() if p.cmdline()[1:4] == list(launch.HOROVODRUN[1:]))
         runner.send_signal(signal.SIGKILL)
     time.sleep(120)
 """
