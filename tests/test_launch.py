@@ -125,12 +125,13 @@ def test_bad_input_gets_clear_errors(tmp_path):
 
 
 HVD_OK = """
-    import json
+    import json, sys
     import horovod.tensorflow as hvd
     import tensorflow as tf
     hvd.init()
     s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
-    print("RESULT " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "sum": float(s.numpy()[0])}))
+    extras = [m for m in ("matplotlib", "pandas", "sklearn") if m in sys.modules]  # left out of Keras in a rank
+    print("RESULT " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "sum": float(s.numpy()[0]), "extras": extras}))
 """
 
 HVD_FAIL = """
@@ -150,7 +151,11 @@ HVD_HANG = """
 @needs_horovod
 def test_horovodrun_normal_run(tmp_path, no_leftovers):
     result = launch.launch_horovodrun(script(tmp_path, "ok.py", HVD_OK), 2, timeout=90, stream=False)
-    assert result.records() == [{"rank": 0, "size": 2, "sum": 3.0}, {"rank": 1, "size": 2, "sum": 3.0}]
+    # horovodrun passes the launcher's environment on: its ranks import Keras without its extras (rank_imports)
+    assert result.records() == [
+        {"rank": 0, "size": 2, "sum": 3.0, "extras": []},
+        {"rank": 1, "size": 2, "sum": 3.0, "extras": []},
+    ]
 
 
 @needs_horovod

@@ -1,7 +1,8 @@
 """Make the course's `utils` package importable from the current Python environment.
 
-Writes a one-line `.pth` file into the environment's site-packages that names the course folder,
-so notebooks, tests and worker scripts can `import utils` from any working directory.
+Writes a `.pth` file into the environment's site-packages: its first line names the course folder, so notebooks,
+tests and worker scripts can `import utils` from any working directory; its second installs, in processes started
+with COURSE_LEAN_RANKS=1 (the ranks the course's launcher starts), the import hook of utils/rank_imports.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ import sysconfig
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: A `.pth` line that starts with `import` is run at every interpreter start: this one costs a dictionary lookup,
+#: and imports the hook only where the variable asks for it.
+LEAN_RANKS_LINE = (
+    'import os; os.environ.get("COURSE_LEAN_RANKS") == "1" and __import__("utils.rank_imports").rank_imports.install()'
+)
 
 
 def main() -> None:
@@ -22,7 +28,7 @@ def main() -> None:
             "Activate the course environment first (make lab creates .venv), then run this again."
         )
     pth = site / "distributed_training_course.pth"
-    pth.write_text(str(REPO) + "\n")
+    pth.write_text(str(REPO) + "\n" + LEAN_RANKS_LINE + "\n")
     print(f"utils importable from {REPO} (via {pth})")
 
 

@@ -89,6 +89,7 @@ want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/bui
         | sha256_hex | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   say "environment $venv is up to date."
+  "$venv/bin/python" "$repo/tools/link_utils.py" >/dev/null  # the course's .pth as this checkout writes it
   bash "$repo/tools/git_filter.sh" "$repo" "$venv/bin/python"
   exit 0
 fi

@@ -31,7 +31,7 @@ from typing import Any
 import portpicker
 import psutil
 
-from utils import TF_STARTUP_NOISE, paths, processes
+from utils import TF_STARTUP_NOISE, paths, processes, rank_imports
 
 #: Environment variable that marks every process of one run, so clean-up finds them all.
 RUN_MARKER = "COURSE_LAUNCH_RUN_ID"
@@ -155,6 +155,9 @@ def _base_env(threads: int, run_id: str, extra: dict[str, str] | None) -> dict[s
             "PYTHONUNBUFFERED": "1",
             "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
             "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "-1"),
+            # Keras without matplotlib, pandas and scikit-learn, which it imports for helpers a rank never calls
+            # (utils/rank_imports.py); COURSE_LEAN_RANKS=0 in the notebook's environment keeps Keras as installed.
+            rank_imports.VAR: env.get(rank_imports.VAR, "1"),
         }
     )
     # Workers import the course's utils package from the repository, whatever their working folder.

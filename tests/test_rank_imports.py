@@ -1,0 +1,74 @@
+"""The ranks the launcher starts import Keras without matplotlib, pandas and scikit-learn, and can still import them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from utils import launch, rank_imports
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import tensorflow as tf, keras
+    with_keras = sorted(m for m in ("matplotlib", "pandas", "sklearn") if m in sys.modules)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    loss = model.fit(np.ones((8, 3)), np.ones((8, 1)), verbose=0).history["loss"][-1]
+    import matplotlib.pyplot, pandas, sklearn  # the rank's own imports
+    print("RESULT " + json.dumps({"with_keras": with_keras, "loss": float(loss), "pandas": pandas.__version__}))
+    """
+)
+
+
+def test_a_launched_rank_leaves_kerass_extras_out_and_a_rank_with_the_variable_at_0_does_not(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    lean = launch.worker_env(1)
+    as_installed = {**lean, rank_imports.VAR: "0"}  # one run: both carry the same marker
+    run = launch.run_workers(
+        [[sys.executable, str(probe)]] * 2,
+        [lean, as_installed],
+        timeout=120,
+        run_id=lean[launch.RUN_MARKER],
+        stream=False,
+    )
+    lean_rank, full_rank = (w.output for w in run.workers)
+    got = run.records()  # in worker order
+    assert len(got) == 2, (lean_rank, full_rank)
+    lean_result, full_result = got
+    assert lean_result["with_keras"] == [], lean_rank
+    # Keras as installed imports all three: were that no longer so, the hook would have nothing left to do.
+    assert full_result["with_keras"] == ["matplotlib", "pandas", "sklearn"], full_rank
+    assert lean_result["pandas"] == full_result["pandas"]  # the rank's own import works
+    assert all(r["loss"] >= 0 for r in got)  # Keras trains in both
+
+
+def test_the_hook_refuses_only_kerass_own_imports_and_only_the_three_packages(monkeypatch):
+    finder = rank_imports.KerasExtrasLeftOut()
+    monkeypatch.setattr(rank_imports, "_importer", lambda: "keras.src.trainers.data_adapters.array_slicing")
+    for name in ("pandas", "sklearn", "matplotlib", "matplotlib.pyplot"):
+        try:
+            finder.find_spec(name)
+        except ModuleNotFoundError as err:
+            assert err.name == name and rank_imports.VAR in str(err)
+        else:
+            raise AssertionError(f"{name} imported by Keras was not refused")
+    assert finder.find_spec("numpy") is None and finder.find_spec("scipy") is None
+    monkeypatch.setattr(rank_imports, "_importer", lambda: "__main__")
+    assert finder.find_spec("pandas") is None  # the rank's own code
+
+
+def test_the_courses_pth_installs_the_hook_at_start_up_only_where_the_variable_asks(tmp_path):
+
+    code = "import sys; print([type(f).__name__ for f in sys.meta_path].count('KerasExtrasLeftOut'))"
+    answers = {}
+    for value in ("1", "0", None):
+        env = {k: v for k, v in launch.worker_env(1).items() if k != rank_imports.VAR}
+        if value is not None:
+            env[rank_imports.VAR] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+        answers[value] = out.stdout.strip()
+    assert answers == {"1": "1", "0": "0", None: "0"}
