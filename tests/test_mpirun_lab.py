@@ -27,10 +27,14 @@ needs_mpi_lab = pytest.mark.skipif(os.environ.get("CI") != "true" and bool(WHY_N
 HOSTS = ["algo-1", "algo-2"]
 
 HANG = """
-import os, time
+import os, sys, time
 import horovod.tensorflow as hvd
 hvd.init()
-open(os.path.join(os.environ["HANG"], f"rank-{hvd.rank()}"), "w").close()
+extras = [m for m in ("matplotlib", "pandas", "sklearn") if m in sys.modules]  # what Keras imported beside TF
+mine = os.path.join(os.environ["HANG"], f"rank-{hvd.rank()}")
+with open(mine + ".part", "w") as f:
+    f.write(",".join(extras))
+os.rename(mine + ".part", mine)  # whole when it appears: the test kills the run once all four are there
 time.sleep(600)
 """
 
@@ -84,7 +88,7 @@ def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path):
 
     def kill_mpirun_once_every_rank_runs() -> None:
         deadline = time.monotonic() + 120
-        while len(list(started.iterdir())) < 4 and time.monotonic() < deadline:
+        while len(list(started.glob("rank-?"))) < 4 and time.monotonic() < deadline:
             time.sleep(0.1)
         for p in psutil.process_iter(["name", "environ"]):
             if p.info["name"] == "mpirun" and str(tmp_path) in (p.info["environ"] or {}).get("HANG", ""):
@@ -100,7 +104,9 @@ def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path):
                 sdk_line(["-np", "4"], "hang.py"), env={"HANG": str(started)}, cwd=tmp_path, timeout=180, stream=False
             )
         killer.join()
-        assert len(list(started.iterdir())) == 4, "every rank had started, 2 of them on algo-2 through ssh"
+        assert len(list(started.glob("rank-?"))) == 4, "every rank had started, 2 of them on algo-2 through ssh"
+        # the ranks on both hosts imported Keras without its extras: COURSE_LEAN_RANKS came through mpirun and sshd
+        assert {f.name: f.read_text() for f in started.glob("rank-?")} == {f"rank-{r}": "" for r in range(4)}
         assert "killed by signal SIGKILL" in err.value.reason, err.value.reason
     assert not folder.exists(), "the lab's keys, configs and logs are gone"
     deadline = time.monotonic() + 10

@@ -100,7 +100,7 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   # Three on two cores: with two, the cores stood idle a third of the stage (measured), most tests waiting.
   workers="${TEST_WORKERS:-3}"
   echo "[test] unit tests ($workers at a time, then the ones that measure, alone)"
-  run tests -q -p no:cacheprovider --timeout=300 --durations=10 -n "$workers" --dist worksteal -m "not alone" \
+  run tests -q -p no:cacheprovider --timeout=300 --durations=25 -n "$workers" --dist worksteal -m "not alone" \
     || rc=1
   run tests -q -p no:cacheprovider --timeout=300 -m alone || rc=1
   stage_done "unit tests"

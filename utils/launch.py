@@ -155,11 +155,11 @@ def _base_env(threads: int, run_id: str, extra: dict[str, str] | None) -> dict[s
             "PYTHONUNBUFFERED": "1",
             "TF_CPP_MIN_LOG_LEVEL": env.get("TF_CPP_MIN_LOG_LEVEL", "2"),
             "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "-1"),
-            # Keras without matplotlib, pandas and scikit-learn, which it imports for helpers a rank never calls
-            # (utils/rank_imports.py); COURSE_LEAN_RANKS=0 in the notebook's environment keeps Keras as installed.
-            rank_imports.VAR: env.get(rank_imports.VAR, "1"),
         }
     )
+    # Keras without matplotlib, pandas and scikit-learn, which it imports for helpers a rank never calls
+    # (utils/rank_imports.py); COURSE_LEAN_RANKS=0 in the notebook's environment keeps Keras as installed.
+    env.update(rank_imports.for_ranks())
     # Workers import the course's utils package from the repository, whatever their working folder.
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)

@@ -595,7 +595,11 @@ class Lab:
             f"  IdentityFile {client}\n  IdentitiesOnly yes\n  BatchMode yes\n  ConnectTimeout 5\n"
             "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
         )
+        from utils import rank_imports
+
+        lean = rank_imports.for_ranks()
         for i, host in enumerate(self.hosts):
+            envs_i = envs[i] if envs else {}
             settings = [
                 "Port 22",
                 "ListenAddress 0.0.0.0",
@@ -608,9 +612,10 @@ class Lab:
                 "StrictModes no",  # the lab's folder is under /tmp, which every user may write
                 "PidFile none",
                 "PrintMotd no",
-                # one SetEnv line: sshd keeps the first value of a keyword
+                # one SetEnv line: sshd keeps the first value of a keyword. Open MPI starts a host's ranks from its
+                # ssh session, so they get the launcher's COURSE_LEAN_RANKS here (utils/rank_imports.py).
                 "SetEnv "
-                + " ".join(_sshd_quote(f"{k}={v}") for k, v in ((envs[i] if envs else {}) | self.host_env(i)).items()),
+                + " ".join(_sshd_quote(f"{k}={v}") for k, v in {**lean, **envs_i, **self.host_env(i)}.items()),
             ]
             (folder / f"sshd-{host.name}.conf").write_text("\n".join(settings) + "\n")
             enter = self.enter(i)
