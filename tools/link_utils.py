@@ -13,9 +13,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 #: A `.pth` line that starts with `import` is run at every interpreter start: this one costs a dictionary lookup,
-#: and imports the hook only where the variable asks for it.
+#: and runs the hook's file only where the variable asks for it. It runs the file by its path, not as
+#: `utils.rank_imports`: importing the package then would fix `utils` to the course's before the rank's script
+#: runs, where a script's own `utils.py` beside it must win, as it does everywhere else.
 LEAN_RANKS_LINE = (
-    'import os; os.environ.get("COURSE_LEAN_RANKS") == "1" and __import__("utils.rank_imports").rank_imports.install()'
+    'import os; os.environ.get("COURSE_LEAN_RANKS") == "1" and __import__("runpy").run_path('
+    f'{str(REPO / "utils" / "rank_imports.py")!r}, run_name="course_rank_imports")["install"]()'
 )
 
 

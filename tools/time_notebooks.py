@@ -40,7 +40,7 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
-from utils import course, envinfo, launch
+from utils import course, envinfo, launch, rank_imports
 
 
 def _memory_of(proc: psutil.Process) -> int:
@@ -93,7 +93,7 @@ def _tree_rss(proc: psutil.Process) -> int:
 def jupyterlab_rss(settle: float = 5.0, timeout: float = 120.0) -> float:
     """Start a headless JupyterLab server of this environment, load its page, and return its RSS in MiB."""
     port, token = launch.free_ports(1)[0], secrets.token_hex(16)
-    env = launch.worker_env(threads=1)
+    env = launch.worker_env(threads=1, extra={rank_imports.VAR: "0"})  # a server and its kernels, not ranks
     run_id = env[launch.RUN_MARKER]
     with tempfile.TemporaryDirectory() as root:
         command = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1"]

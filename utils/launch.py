@@ -157,7 +157,7 @@ def _base_env(threads: int, run_id: str, extra: dict[str, str] | None) -> dict[s
             "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES", "-1"),
         }
     )
-    # Keras without matplotlib, pandas and scikit-learn, which it imports for helpers a rank never calls
+    # Keras without matplotlib and scikit-learn, which it imports for helpers the course's ranks never call
     # (utils/rank_imports.py); COURSE_LEAN_RANKS=0 in the notebook's environment keeps Keras as installed.
     env.update(rank_imports.for_ranks())
     # Workers import the course's utils package from the repository, whatever their working folder.

@@ -1,16 +1,15 @@
-"""The ranks the course starts import Keras without the three packages it loads for helpers a rank never calls.
+"""The ranks the course starts import Keras without two packages it loads for helpers a training rank has no use for.
 
-`import tensorflow` imports Keras 3, and Keras imports matplotlib (for `keras.visualization`'s plots), pandas (so
-that `fit` accepts a DataFrame) and scikit-learn (for the estimators of `keras.wrappers`) whenever they are
-installed, as they are in this course's environment. A training rank calls none of them, and they cost every rank
-of every launch a third of its `import tensorflow` (on the 2-core machine that runs the course's checks, 7.7 CPU-s
-with them and 5.1 without, mean of five imports each, 2026-11-26).
-
-Where `COURSE_LEAN_RANKS=1` is set (the launcher sets it for the processes it starts, `launch.worker_env`, and the
-network lab's sshd for the ranks mpirun starts through it), an import hook refuses those three packages *to Keras's
-own modules only*: Keras was written for their absence (`try: import pandas except ImportError`) and goes on
-without them. The rank's own code can still import any of
-them; only Keras's DataFrame input, plotting helpers and scikit-learn wrappers are then missing in that rank.
+`import tensorflow` imports Keras 3, and Keras imports matplotlib (for `keras.visualization`'s plots) and scikit-learn
+(for the estimators of `keras.wrappers`) whenever they are installed, as they are in this course's environment. The
+course's ranks call neither, and every rank of every launch pays for both: `import tensorflow` took 8.3 CPU-s with
+them and 6.1 without them (user + system, mean of five of each, alternating, on the 2-core AMD EPYC machine that
+runs the course's checks, nothing else running, 2026-11-26). Where `COURSE_LEAN_RANKS=1` is set (the launcher sets
+it for the processes it starts, `launch.worker_env`, and the network lab's sshd for the ranks mpirun starts through
+it), an import hook refuses those two packages *to Keras's own modules only*: Keras was written for their absence (`try: import sklearn except ImportError`) and goes on without them. The
+rank's own code can still import either; only Keras's plotting helpers and its scikit-learn wrappers are then missing
+in that rank (COURSE_LEAN_RANKS=0 in the launching process's environment keeps Keras whole). pandas, which Keras
+imports too, stays: without it `fit` would refuse a DataFrame, and the course's forecaster ranks import it anyway.
 `horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with Keras as installed. The hook is
 installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's first line.
 """
@@ -24,7 +23,7 @@ import sys
 #: The environment variable that asks for the hook (set to "1").
 VAR = "COURSE_LEAN_RANKS"
 #: The packages refused to Keras's modules, by their top-level name.
-LEFT_OUT = frozenset({"matplotlib", "pandas", "sklearn"})
+LEFT_OUT = frozenset({"matplotlib", "sklearn"})
 _MACHINERY = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib")
 
 
@@ -55,5 +54,6 @@ def for_ranks() -> dict[str, str]:
 
 def install() -> None:
     """Put the hook first among the import finders (once)."""
-    if not any(isinstance(f, KerasExtrasLeftOut) for f in sys.meta_path):
+    # by name: site may run the .pth line twice (a venv's lib64 links to lib), each run with a class of its own
+    if not any(type(f).__name__ == KerasExtrasLeftOut.__name__ for f in sys.meta_path):
         sys.meta_path.insert(0, KerasExtrasLeftOut())
