@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import textwrap
@@ -46,10 +47,10 @@ def test_a_launched_rank_leaves_kerass_extras_out_and_a_rank_with_the_variable_a
     # Keras as installed imports all three: were that no longer so, the hook would have nothing left to do.
     assert full_result["with_keras"] == ["matplotlib", "pandas", "sklearn"], full_rank
     assert lean_result["sklearn"] == full_result["sklearn"]  # the rank's own import works
-    assert all(r["loss"] >= 0 for r in got)  # Keras trains in both
+    assert all(math.isfinite(r["loss"]) for r in got), got  # Keras trained in both, on a DataFrame
 
 
-def test_the_hook_refuses_only_kerass_own_imports_and_only_the_three_packages(monkeypatch):
+def test_the_hook_refuses_only_kerass_own_imports_and_only_the_two_packages(monkeypatch):
     finder = rank_imports.KerasExtrasLeftOut()
     monkeypatch.setattr(rank_imports, "_importer", lambda: "keras.src.trainers.data_adapters.array_slicing")
     for name in ("sklearn", "matplotlib", "matplotlib.pyplot"):
@@ -65,7 +66,6 @@ def test_the_hook_refuses_only_kerass_own_imports_and_only_the_three_packages(mo
 
 
 def test_the_courses_pth_installs_the_hook_at_start_up_only_where_the_variable_asks(tmp_path):
-
     code = "import sys; print([type(f).__name__ for f in sys.meta_path].count('KerasExtrasLeftOut'))"
     answers = {}
     for value in ("1", "0", None):
