@@ -57,6 +57,14 @@ def test_a_copy_keeps_outputs_runs_in_the_mode_and_the_notebooks_folder_and_is_r
     assert full.cells[1].outputs[0]["text"].split()[0] == "0"
 
 
+def test_a_lesson_kernel_talks_over_encrypted_sockets_as_in_jupyterlab(lessons, capfd):
+    """No "Kernel is running over TCP without encryption" in CI's log at every lesson's start (kernel_config)."""
+    src, out = lessons
+    write(src, "k.ipynb", new_code_cell("print('ok')"))
+    execution.execute("k.ipynb", "smoke", folder=out, source_dir=src)
+    assert "without encryption" not in capfd.readouterr().err
+
+
 def test_a_failing_cell_is_named_and_its_copy_is_never_reused(lessons):
     src, out = lessons
     write(

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import nbformat
 from nbclient import NotebookClient
 
-from utils import course, envinfo, paths
+from utils import course, envinfo, execution, paths
 
 OUT = paths.DATA / "steadiness_trials.csv"
 FIELDS = [
@@ -86,7 +86,11 @@ def run_trial(name: str) -> tuple[dict, float]:
     nb = trial_notebook(name)
     start = time.perf_counter()
     NotebookClient(
-        nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(course.NOTEBOOKS)}}
+        nb,
+        timeout=1800,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(course.NOTEBOOKS)}},
+        config=execution.kernel_config(),
     ).execute()
     seconds = time.perf_counter() - start
     for output in nb.cells[-1].outputs:

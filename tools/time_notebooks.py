@@ -40,7 +40,7 @@ import nbformat
 import psutil
 from nbclient import NotebookClient
 
-from utils import course, envinfo, launch, rank_imports
+from utils import course, envinfo, execution, launch, rank_imports
 
 
 def _memory_of(proc: psutil.Process) -> int:
@@ -180,6 +180,7 @@ def main() -> None:
                 timeout=args.cell_timeout,
                 kernel_name="python3",
                 resources={"metadata": {"path": str(course.NOTEBOOKS)}},
+                config=execution.kernel_config(),
             ).execute()
         seconds = time.perf_counter() - start
         print(f"{name} ({args.mode}): {seconds:.0f} s, peak memory {memory.peak / 2**20:,.0f} MiB", flush=True)

@@ -47,6 +47,16 @@ MARK = "COURSE_LESSON_RUN"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
+def kernel_config():
+    """The kernel manager's settings for executing a lesson, as tools/setup_env.sh gives JupyterLab's: CurveZMQ-encrypted
+    sockets where the kernelspec declares support, so that no kernel starts with "Kernel is running over TCP without
+    encryption" (left as it was where this pyzmq has no CurveZMQ)."""
+    import zmq
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto" if zmq.has("curve") else "disabled"}})
+
+
 @dataclass
 class LessonFailed(Exception):
     """A lesson stopped at a cell: an error it raised, or a cell that ran past its time limit."""
@@ -114,7 +124,9 @@ def execute(
     def on_cell_execute(cell, cell_index: int) -> None:
         current["index"] = cell_index
 
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", on_cell_execute=on_cell_execute)
+    client = NotebookClient(
+        nb, timeout=cell_timeout, kernel_name="python3", on_cell_execute=on_cell_execute, config=kernel_config()
+    )
     env = {**os.environ, "COURSE_SMOKE": "1" if mode == "smoke" else "0"}
     env["COURSE_SOLUTIONS"] = "run"  # every %%solution cell runs, so that each solution is checked
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no CUDA-probe lines in the outputs
