@@ -24,8 +24,9 @@ MODEL = ["--width", "512", "--depth", "3", "--batch-size", "512", "--epochs", "2
 
 def test_a_slow_storage_run_of_the_single_worker_script_is_bound_by_its_input(tmp_path):
     """Lesson 04's model on one process (`train_single.py`, which lesson 04 says takes the same options) with lesson
-    01's slow storage: its step is mostly waiting for input. Lesson 04 profiles `train_horovod.py` three times (input,
-    compute and allreduce bound) and asserts each verdict; this is the one run of the single-worker script."""
+    01's slow storage: its step is mostly waiting for input, and its computation is still found. Lesson 04 profiles
+    `train_horovod.py` with slow storage, with nothing slowed (asserted compute-bound) and, where the network lab
+    runs, on a slow link; this is the one run of the single-worker script."""
     out = subprocess.run(
         [sys.executable, str(paths.SCRIPTS / "train_single.py"), *MODEL, "--read-latency-ms", "0.3"]
         + ["--profile-steps", "2:5", "--profile-dir", str(tmp_path / "slow")],
@@ -41,6 +42,7 @@ def test_a_slow_storage_run_of_the_single_worker_script_is_bound_by_its_input(tm
         assert sum(step[p] for p in profiler.PARTS) == pytest.approx(step["step"], rel=1e-6, abs=1e-9)
     # 512 windows a batch, each read waits 0.3 ms, one at a time: at least 0.15 s of waiting in every step
     assert slow.bound() == "input" and min(s["input"] for s in slow.steps) >= 0.15, slow.mean()
+    assert min(s["compute"] for s in slow.steps) > 0, "the training's own kernels were not found in the trace"
 
 
 def test_the_slow_storage_reads_nothing_ahead():

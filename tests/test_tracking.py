@@ -130,7 +130,10 @@ def test_the_ui_answers_a_proxys_host_name_only_and_chromium_sees_the_runs(tmp_p
     # the run as the scripts log it (tracking.Run), without a training: the scripts' own runs are the tests above
     log_one = "from utils import tracking; r = tracking.Run({}, world_size=1, logs=True, kind='single'); r.end(True)"
     env = {**os.environ, **tracking.environment("ui check", store), tracking.RUN_NAME_ENV: "seen-in-the-browser"}
-    subprocess.run([sys.executable, "-c", log_one], env=env, cwd=paths.REPO_ROOT, check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", log_one], env=env, cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and "TRACKING run " in out.stdout, out.stdout + out.stderr  # not "TRACKING off"
     proxy = "course.notebook.us-east-1.sagemaker.aws"
 
     def status(ui, host):
