@@ -48,9 +48,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def kernel_config():
-    """The kernel manager's settings for executing a lesson, as tools/setup_env.sh gives JupyterLab's: CurveZMQ-encrypted
-    sockets where the kernelspec declares support, so that no kernel starts with "Kernel is running over TCP without
-    encryption" (left as it was where this pyzmq has no CurveZMQ)."""
+    """The kernel manager's settings for executing a lesson, as tools/setup_env.sh gives JupyterLab's:
+    CurveZMQ-encrypted sockets where the kernelspec declares support, so that no kernel starts with "Kernel is
+    running over TCP without encryption" (left as it was where this pyzmq has no CurveZMQ)."""
     import zmq
     from traitlets.config import Config
 

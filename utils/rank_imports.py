@@ -4,12 +4,13 @@
 (for the estimators of `keras.wrappers`) whenever they are installed, as they are in this course's environment. The
 course's ranks call neither, and every rank of every launch pays for both: `import tensorflow` took 8.3 CPU-s with
 them and 6.1 without them (user + system, mean of five of each, alternating, on the 2-core AMD EPYC machine that
-runs the course's checks, nothing else running, 2026-11-26). Where `COURSE_LEAN_RANKS=1` is set (the launcher sets
-it for the processes it starts, `launch.worker_env`, and the network lab's sshd for the ranks mpirun starts through
-it), an import hook refuses those two packages *to Keras's own modules only*: Keras was written for their absence (`try: import sklearn except ImportError`) and goes on without them. The
-rank's own code can still import either; only Keras's plotting helpers and its scikit-learn wrappers are then missing
-in that rank (COURSE_LEAN_RANKS=0 in the launching process's environment keeps Keras whole). pandas, which Keras
-imports too, stays: without it `fit` would refuse a DataFrame, and the course's forecaster ranks import it anyway.
+runs the course's checks, nothing else running, 2026-11-26). Where `COURSE_LEAN_RANKS=1` is set (the launcher sets it
+for the processes it starts, `launch.worker_env`, and the network lab's sshd for the ranks mpirun starts through it),
+an import hook refuses those two packages *to Keras's own modules only*: Keras was written for their absence
+(`try: import sklearn except ImportError`) and goes on without them. The rank's own code can still import either; only
+Keras's plotting helpers and its scikit-learn wrappers are then missing in that rank (COURSE_LEAN_RANKS=0 in the
+launching process's environment keeps Keras whole). pandas, which Keras imports too, stays: without it `fit` would
+refuse a DataFrame, and the course's forecaster ranks import it anyway.
 `horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with Keras as installed. The hook is
 installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's first line.
 """
