@@ -12,6 +12,9 @@ import contextlib
 import fnmatch
 import json
 import re
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
 
 import botocore.client
 import pytest
@@ -96,9 +99,18 @@ def _resource(service: str, params: dict) -> str:
     return "*"
 
 
-@pytest.fixture()
-def recorded_calls(monkeypatch):
-    """Every API call of one online launch, made against moto: (service, operation, params)."""
+@pytest.fixture(scope="module")
+def online_launch(tmp_path_factory):
+    """One online launch, made against moto: every API call it made (service, operation, params), and what it left
+    in the temporary folder (its own, for the launch)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        scratch = tmp_path_factory.mktemp("tmp")
+        monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+        calls = _launch_and_record(monkeypatch)
+        return SimpleNamespace(calls=calls, left=sorted(p.name for p in Path(scratch).iterdir()))
+
+
+def _launch_and_record(monkeypatch):
     from moto import mock_aws
 
     calls, guard = [], []  # guard: inside the cost guard's own emulated AWS, whose calls never reach AWS
@@ -138,7 +150,8 @@ def recorded_calls(monkeypatch):
     return calls
 
 
-def test_the_policy_allows_every_call_of_the_online_launch(recorded_calls):
+def test_the_policy_allows_every_call_of_the_online_launch(online_launch):
+    recorded_calls = online_launch.calls
     doc = policy()
     operations = {(s, op) for s, op, _ in recorded_calls}
     assert {("sagemaker", "CreateTrainingJob"), ("s3", "PutObject"), ("iam", "SimulatePrincipalPolicy")} <= operations
@@ -154,6 +167,12 @@ def test_the_policy_allows_every_call_of_the_online_launch(recorded_calls):
     create = next(p for s, op, p in recorded_calls if op == "CreateTrainingJob")
     assert create["RoleArn"] == ROLE_ARN
     assert allows(doc, "iam:PassRole", create["RoleArn"], {"iam:PassedToService": "sagemaker.amazonaws.com"})
+
+
+def test_the_online_launch_leaves_no_staged_source_behind(online_launch):
+    # the job's source folder is staged for the upload only: S3 holds it once the request is sent
+    assert online_launch.calls, "the launch made no call"
+    assert online_launch.left == [], f"left in the temporary folder: {online_launch.left}"
 
 
 def test_the_policy_allows_the_image_build_and_push():

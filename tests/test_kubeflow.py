@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import yaml
@@ -202,12 +203,17 @@ def test_the_played_kubelet_restarts_on_failure_only(tmp_path):
 SHORT = ["--data-size", "3000", "--width", "32"]
 
 
-def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path):
+def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path, monkeypatch):
     """The labelled stand-in: pods as local processes, service names as 127.0.0.1 with a port each, /opt/course
-    as this repository, the claim as its folder; the same TF_CONFIG otherwise, and the same training."""
+    as this repository, the claim as its folder; the same TF_CONFIG otherwise, and the same training. It leaves
+    no folder behind in the temporary folder."""
     args = ["--epochs", "1", "--checkpoint-dir", kf.CHECKPOINTS, *SHORT]
     job = kf.tfjob("fc", workers=1, chief=1, image=IMAGE, command=MWMS, args=args, checkpoints="ckpt")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     run = kf.rehearse(kf.tf_pods(job), where="loopback", volumes={"ckpt": tmp_path}, timeout=300, stream=False)
+    assert list(scratch.iterdir()) == []
     assert run.where == "loopback" and run.why_loopback == "asked for"
     assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}
     records = run.records()

@@ -630,9 +630,12 @@ def rehearse_on_loopback(
     ports = dict(zip([p.dns[0] for p in pods], launch.free_ports(len(pods)), strict=True))
     folders = dict(volumes or {})
     mapped = {CODE_IN_IMAGE: str(paths.REPO_ROOT)}
+    # claims not given as `volumes` live as long as the run, as they do on the lab (whose folder is removed with it)
+    scratch = tempfile.TemporaryDirectory(prefix="claims-")
     for pod in pods:
         for target, claim in pod.claims.items():
-            folders.setdefault(claim, Path(tempfile.mkdtemp(prefix=f"claim-{claim}-")))
+            if claim not in folders:
+                folders[claim] = Path(tempfile.mkdtemp(prefix=f"{claim}-", dir=scratch.name))
             mapped[target] = str(folders[claim])
 
     def local(text: str) -> str:
@@ -651,9 +654,10 @@ def rehearse_on_loopback(
     run_id = uuid.uuid4().hex
     for env in envs:
         env[launch.RUN_MARKER] = run_id
-    result = launch.run_workers(
-        commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
-    )
+    with scratch:
+        result = launch.run_workers(
+            commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
+        )
     output = {p.name: w.output for p, w in zip(pods, result.workers, strict=True)}
     codes = _exit_codes(output)
     return Rehearsal(pods, output, codes, time.monotonic() - start, "unshaped (loopback)", "loopback", why)

@@ -798,11 +798,19 @@ def launch_online(
             "before-parameter-build.sagemaker.CreateTrainingJob",
             lambda params, **_: sent.append(copy.deepcopy(params)),
         )
-        source = stage_source(config.kind, Path(tempfile.mkdtemp(prefix="course-source-")))
-        trainer, channels = build_trainer(
-            config, session, bucket, source, role=os.environ["SAGEMAKER_ROLE_ARN"], data_uri=data_uri, account=account
-        )
-        trainer.train(input_data_config=channels, wait=False, logs=False)
+        # the SDK uploads the staged source to S3 before it sends the request: the local copy is not needed after
+        with tempfile.TemporaryDirectory(prefix="course-source-") as staging:
+            source = stage_source(config.kind, Path(staging) / "source")
+            trainer, channels = build_trainer(
+                config,
+                session,
+                bucket,
+                source,
+                role=os.environ["SAGEMAKER_ROLE_ARN"],
+                data_uri=data_uri,
+                account=account,
+            )
+            trainer.train(input_data_config=channels, wait=False, logs=False)
     except (BotoCoreError, ClientError) as exc:
         raise OnlineError(aws_error_line(exc, config.region)) from None
     name = sent[-1]["TrainingJobName"]
