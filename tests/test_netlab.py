@@ -120,12 +120,17 @@ def test_hosts_have_names_addresses_and_shaped_links():
 @pytest.mark.parametrize("rate", ["100mbit", "1gbit"])
 def test_links_achieve_their_set_bandwidth(rate):
     """No link carries more than its set rate, in any measurement; each carries at least 90 % of it in the better of
-    two (a second only where the first fell short: at 1 Gbit/s the Python streams of a 2-core machine busy with
-    other work reached 89.5 % once, in one run of many)."""
+    two (a second only where the first fell short). A virtual machine's CPUs can be taken by its host for a while
+    (steal time): the token bucket keeps at most 1 ms of credit, so time stolen from the sender is bandwidth lost.
+    On this course's 2-vCPU machine 8 to 17 % steal during a 1 Gbit/s measurement gave 86 to 98 % of the rate."""
+    import psutil
+
+    tries, steal = [], []
     with netlab.Lab(2, rate) as lab:
-        tries = [lab.measure(seconds=1.0)]
-        if min(link.ratio for link in tries[0]) <= 0.9:
+        while len(tries) < 2 and (not tries or min(link.ratio for link in tries[0]) <= 0.9):
+            psutil.cpu_times_percent(None)
             tries.append(lab.measure(seconds=1.0))
+            steal.append(getattr(psutil.cpu_times_percent(None), "steal", 0.0))
     for links in tries:
         assert len(links) == 2
         for link in links:
@@ -133,7 +138,10 @@ def test_links_achieve_their_set_bandwidth(rate):
             assert link.rtt_us > 0
     best = max(tries, key=lambda links: min(link.ratio for link in links))
     for link in best:
-        assert 0.9 < link.ratio, f"{link.host}: {link.achieved_bps:.3g} bit/s achieved, {rate} set ({len(tries)} tries)"
+        assert 0.9 < link.ratio, (
+            f"{link.host}: {link.achieved_bps:.3g} bit/s achieved, {rate} set ({len(tries)} tries; CPU steal "
+            f"{', '.join(f'{s:.0f} %' for s in steal)})"
+        )
 
 
 @needs_lab
