@@ -36,8 +36,8 @@ unit: env
 notebooks: env
 	@bash tools/run_tests.sh notebooks
 
-# ruff: lint and format checks (settings in pyproject.toml); `make format` rewrites the files (notebooks: no
-# outputs, in the layout JupyterLab saves).
+# ruff: lint and format checks (settings in pyproject.toml); `make format` rewrites the files (notebooks with
+# something to strip: without it, in the layout JupyterLab saves; the others are left as they are).
 lint: env
 	@bash tools/run_tests.sh lint
 

@@ -68,26 +68,27 @@ def test_outside_a_git_work_tree_nothing_is_installed(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def stripped() -> dict[str, str]:
+def stripped() -> dict[str, bytes]:
     """Every lesson as the filter stores it: nbstripout reads, strips and writes each one in nbformat's layout, as
-    it does for `git add` (its --textconv mode, one process for all of them, writes them one after the other)."""
+    it does for `git add` (its --textconv mode, one process for all of them, writes them one after the other), with
+    the repository's own nbstripout settings (run from it)."""
     done = subprocess.run(
         [sys.executable, "-m", "nbstripout", "--keep-id", "--textconv", *map(str, NOTEBOOKS)],
         capture_output=True,
-        text=True,
-        check=True,
+        cwd=REPO,
     )
-    texts = re.findall(r"(?ms)^\{\n.*?^\}\n", done.stdout)  # each notebook: from "{" to "}" at the line's start
-    assert "".join(texts) == done.stdout and len(texts) == len(NOTEBOOKS), "nbstripout's output did not split"
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    texts = re.findall(rb"(?ms)^\{\n.*?^\}\n", done.stdout)  # each notebook: from "{" to "}" at the line's start
+    assert b"".join(texts) == done.stdout and len(texts) == len(NOTEBOOKS), "nbstripout's output did not split"
     return {path.name: text for path, text in zip(NOTEBOOKS, texts, strict=True)}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_the_filter_leaves_a_stored_lesson_unchanged(path: Path, stripped: dict[str, str]):
-    """What git stores through the filter is the file itself: a fresh checkout is not 'modified' once the filter
-    is installed, and JupyterLab (which writes what nbformat writes) saves the same bytes."""
-    assert stripped[path.name] == path.read_text(), (
+def test_the_filter_leaves_a_stored_lesson_unchanged(path: Path, stripped: dict[str, bytes]):
+    """What git stores through the filter is the file itself, byte for byte: a fresh checkout is not 'modified' once
+    the filter is installed, and JupyterLab (which writes what nbformat writes) saves the same bytes."""
+    assert stripped[path.name] == path.read_bytes(), (
         f"{path.name} differs from what the git filter stores (outputs, or not in nbformat's layout): rewrite it with "
         f"`.venv/bin/python -m nbstripout --keep-id --textconv notebooks/{path.name} > stripped.ipynb && "
-        f"mv stripped.ipynb notebooks/{path.name}` (`make format` strips outputs but keeps a file's layout)"
+        f"mv stripped.ipynb notebooks/{path.name}` (`make format` rewrites only notebooks that had something to strip)"
     )

@@ -13,7 +13,6 @@ import fnmatch
 import json
 import re
 import tempfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import botocore.client
@@ -107,7 +106,7 @@ def online_launch(tmp_path_factory):
         scratch = tmp_path_factory.mktemp("tmp")
         monkeypatch.setattr(tempfile, "tempdir", str(scratch))
         calls = _launch_and_record(monkeypatch)
-        return SimpleNamespace(calls=calls, left=sorted(p.name for p in Path(scratch).iterdir()))
+        return SimpleNamespace(calls=calls, left=sorted(p.name for p in scratch.iterdir()))
 
 
 def _launch_and_record(monkeypatch):
@@ -169,8 +168,8 @@ def test_the_policy_allows_every_call_of_the_online_launch(online_launch):
     assert allows(doc, "iam:PassRole", create["RoleArn"], {"iam:PassedToService": "sagemaker.amazonaws.com"})
 
 
-def test_the_online_launch_leaves_no_staged_source_behind(online_launch):
-    # the job's source folder is staged for the upload only: S3 holds it once the request is sent
+def test_the_online_launch_leaves_nothing_in_the_temporary_folder(online_launch):
+    # the job's source folder is staged for the upload only: S3 holds it before the request is sent
     assert online_launch.calls, "the launch made no call"
     assert online_launch.left == [], f"left in the temporary folder: {online_launch.left}"
 

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -205,19 +206,47 @@ SHORT = ["--data-size", "3000", "--width", "32"]
 
 def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path, monkeypatch):
     """The labelled stand-in: pods as local processes, service names as 127.0.0.1 with a port each, /opt/course
-    as this repository, the claim as its folder; the same TF_CONFIG otherwise, and the same training. It leaves
-    no folder behind in the temporary folder."""
+    as this repository, the claim as its folder; the same TF_CONFIG otherwise, and the same training. It makes
+    no folder for a claim given as a volume."""
     args = ["--epochs", "1", "--checkpoint-dir", kf.CHECKPOINTS, *SHORT]
     job = kf.tfjob("fc", workers=1, chief=1, image=IMAGE, command=MWMS, args=args, checkpoints="ckpt")
+    claim, scratch = tmp_path / "claim", tmp_path / "tmp"
+    claim.mkdir()
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    run = kf.rehearse(kf.tf_pods(job), where="loopback", volumes={"ckpt": claim}, timeout=300, stream=False)
+    assert run.where == "loopback" and run.why_loopback == "asked for"
+    assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}
+    assert list(scratch.iterdir()) == [], "a folder was made for a claim given as a volume"
+    records = run.records()
+    assert [r["rank"] for r in records] == [0, 1] and len({r["weights_sha256"] for r in records}) == 1
+    assert json.loads((claim / "state.json").read_text())["epoch"] == 1
+    with pytest.raises(netlab.LabError, match="sshd on its worker hosts"):
+        kf.rehearse(kf.mpi_pods(_mpi()), where="loopback")
+
+
+def test_on_loopback_a_claim_without_a_volume_is_a_folder_both_pods_share_for_the_run_only(tmp_path, monkeypatch):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    run = kf.rehearse(kf.tf_pods(job), where="loopback", volumes={"ckpt": tmp_path}, timeout=300, stream=False)
-    assert list(scratch.iterdir()) == []
-    assert run.where == "loopback" and run.why_loopback == "asked for"
-    assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}
-    records = run.records()
-    assert [r["rank"] for r in records] == [0, 1] and len({r["weights_sha256"] for r in records}) == 1
-    assert json.loads((tmp_path / "state.json").read_text())["epoch"] == 1
-    with pytest.raises(netlab.LabError, match="sshd on its worker hosts"):
-        kf.rehearse(kf.mpi_pods(_mpi()), where="loopback")
+    write = ["sh", "-c", "test -d /data && echo hello > /data/note && echo FOLDER $(cd /data && pwd)"]
+    read = ["sh", "-c", "until test -s /data/note; do sleep 0.1; done; cat /data/note"]
+    pods = [
+        kf.Pod(
+            name=f"p-{i}",
+            replica_type="Worker",
+            index=i,
+            dns=[f"p-{i}.p.default.svc"],
+            command=command,
+            env={},
+            restart_policy="Never",
+            claims={"/data": "shared"},
+        )
+        for i, command in enumerate([write, read])
+    ]
+    run = kf.rehearse(pods, where="loopback", timeout=60, stream=False)
+    assert run.exit_codes == {"p-0": [0], "p-1": [0]}, run.output
+    assert "hello" in run.output["p-1"]
+    folder = Path(re.search(r"FOLDER (\S+)", run.output["p-0"]).group(1))
+    assert folder.parent.parent == scratch, folder  # the claim's folder was made for the run, in the temporary folder
+    assert list(scratch.iterdir()) == [], "the claim's folder outlived the run"

@@ -2,11 +2,12 @@
 
 Executed with COURSE_NETLAB=off (what a machine without namespaces gets), in smoke mode: lesson 03 (the
 shaped-link measurements and fits), whose fallback is code of the lesson itself. Only the cells the lab's section
-reads run (FALLBACK_CELLS: the set-up, the loopback measurements it falls back on, then the section itself); the
-rest of the lesson runs in the notebook tests, and a whole second run cost two minutes of the unit tests. Lesson 00
-only prints netlab.support()'s answer (test_netlab.py checks it with the lab switched off); lesson 08's calibration is
-checked without the lab in test_capstone.py, on the function the lesson calls (a whole second run of the capstone
-would cost three minutes); lessons 04 and 06 only skip their lab runs there and compute the prediction alone."""
+reads run (FALLBACK_CELLS: the set-up, the loopback measurements it falls back on, the section itself, and the
+lesson's last cell); the rest of the lesson runs in the notebook tests, and a whole second run cost two minutes of
+the unit tests. Lesson 00 only prints netlab.support()'s answer (test_netlab.py checks it with the lab switched
+off); lesson 08's calibration is checked without the lab in test_capstone.py, on the function the lesson calls (a
+whole second run of the capstone would cost three minutes); lessons 04 and 06 only skip their lab runs there and
+compute the prediction alone."""
 
 from __future__ import annotations
 

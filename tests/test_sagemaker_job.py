@@ -424,6 +424,24 @@ def test_online_turns_an_aws_refusal_into_one_line_that_says_what_to_do(refusing
     assert _RefusingAWS.calls, "the refusal came from the endpoint"
 
 
+def test_an_upload_refused_by_s3_is_named_as_s3_named_it():
+    """boto3's upload_file raises S3UploadFailedError in place of S3's ClientError (boto3/s3/transfer.py): the line
+    still names the operation, S3's code and what to do."""
+    from boto3.exceptions import S3UploadFailedError
+    from botocore.exceptions import ClientError
+
+    refusal = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "PutObject")
+    try:
+        try:
+            raise refusal
+        except ClientError as e:
+            raise S3UploadFailedError(f"Failed to upload train.py to bucket/key: {e}")  # noqa: B904 (as boto3 does)
+    except S3UploadFailedError as upload_error:
+        line = sj.aws_error_line(upload_error)
+    assert line.startswith("AWS refused PutObject (AccessDenied: Access Denied)"), line
+    assert sj._AWS_ADVICE["access"] in line
+
+
 def test_online_says_so_when_aws_cannot_be_reached():
     with socket.socket() as closed:  # a port nothing listens on once this block ends
         closed.bind(("127.0.0.1", 0))

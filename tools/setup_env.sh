@@ -110,9 +110,9 @@ say "installing packaging tools"
   | { grep -v "^WARNING: Location 'file:" || true; }
 
 say "installing the pinned packages (TensorFlow as $TF_PACKAGE; a few minutes the first time)"
-reqs="$(mktemp)"
-scratch="$(mktemp -d)"  # for tools that leave their temporary folders behind (ipykernel install, below)
-trap 'rm -rf "$reqs" "$scratch"' EXIT
+scratch="$(mktemp -d)"  # the requirements file, and a TMPDIR for ipykernel install (below)
+trap 'rm -rf "$scratch"' EXIT
+reqs="$scratch/requirements.txt"
 requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 # (grep drops pip's notes about local index folders some machines configure; errors still show)
 "$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
@@ -125,7 +125,8 @@ requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 "$py" "$repo/tools/link_utils.py"
 # The notebooks' kernel is `python3`; register it inside the environment so that it runs this environment.
 # (it stages the kernelspec in a temporary folder of its own that it does not remove: TMPDIR is ours)
-TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (course .venv)" >/dev/null
+TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 \
+  --display-name "Python 3 (course .venv)" >/dev/null
 say "kernel python3 registered in $venv"
 # JupyterLab's kernels talk to the server over CurveZMQ-encrypted sockets (the kernelspec declares support):
 # no "Kernel is running over TCP without encryption" warning at every kernel start, and nothing in clear text.

@@ -631,30 +631,29 @@ def rehearse_on_loopback(
     folders = dict(volumes or {})
     mapped = {CODE_IN_IMAGE: str(paths.REPO_ROOT)}
     # claims not given as `volumes` live as long as the run, as they do on the lab (whose folder is removed with it)
-    scratch = tempfile.TemporaryDirectory(prefix="claims-")
-    for pod in pods:
-        for target, claim in pod.claims.items():
-            if claim not in folders:
-                folders[claim] = Path(tempfile.mkdtemp(prefix=f"{claim}-", dir=scratch.name))
-            mapped[target] = str(folders[claim])
+    with tempfile.TemporaryDirectory(prefix="claims-", ignore_cleanup_errors=True) as scratch:
+        for pod in pods:
+            for target, claim in pod.claims.items():
+                if claim not in folders:
+                    folders[claim] = Path(tempfile.mkdtemp(prefix=f"{claim}-", dir=scratch))
+                mapped[target] = str(folders[claim])
 
-    def local(text: str) -> str:
-        text = re.sub(r"([a-z0-9.-]+\.svc):\d+", lambda m: f"127.0.0.1:{ports[m.group(1)]}", text)
-        for image_path, here in mapped.items():
-            text = text.replace(image_path, here)
-        return text
+        def local(text: str) -> str:
+            text = re.sub(r"([a-z0-9.-]+\.svc):\d+", lambda m: f"127.0.0.1:{ports[m.group(1)]}", text)
+            for image_path, here in mapped.items():
+                text = text.replace(image_path, here)
+            return text
 
-    commands, envs = [], []
-    for pod in pods:
-        moved = Pod(
-            **{**pod.__dict__, "command": [local(t) for t in pod.command], "working_dir": local(pod.working_dir)}
-        )
-        commands.append(_pod_command(moved, max_restarts))
-        envs.append(launch._base_env(1, uuid.uuid4().hex, {k: local(v) for k, v in pod.env.items()}))
-    run_id = uuid.uuid4().hex
-    for env in envs:
-        env[launch.RUN_MARKER] = run_id
-    with scratch:
+        commands, envs = [], []
+        for pod in pods:
+            moved = Pod(
+                **{**pod.__dict__, "command": [local(t) for t in pod.command], "working_dir": local(pod.working_dir)}
+            )
+            commands.append(_pod_command(moved, max_restarts))
+            envs.append(launch._base_env(1, uuid.uuid4().hex, {k: local(v) for k, v in pod.env.items()}))
+        run_id = uuid.uuid4().hex
+        for env in envs:
+            env[launch.RUN_MARKER] = run_id
         result = launch.run_workers(
             commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
         )

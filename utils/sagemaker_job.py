@@ -747,8 +747,11 @@ _CREDENTIAL_CODES = ("InvalidClientTokenId", "UnrecognizedClientException", "Sig
 
 def aws_error_line(exc: Exception, region: str = REGION) -> str:
     """One line that says what an AWS error means for the online path and what to do about it."""
+    from boto3.exceptions import S3UploadFailedError
     from botocore import exceptions
 
+    if isinstance(exc, S3UploadFailedError) and isinstance(exc.__context__, exceptions.ClientError):
+        exc = exc.__context__  # boto3's upload raises its own error in place of S3's refusal
     if isinstance(exc, exceptions.ClientError):
         error = exc.response.get("Error", {})
         code, said = error.get("Code", "?"), " ".join(str(error.get("Message", "")).split())
@@ -785,6 +788,7 @@ def launch_online(
         check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
     check_online_allowed()
     import boto3
+    from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
     from sagemaker.core.helper.session_helper import Session
 
@@ -798,7 +802,7 @@ def launch_online(
             "before-parameter-build.sagemaker.CreateTrainingJob",
             lambda params, **_: sent.append(copy.deepcopy(params)),
         )
-        # the SDK uploads the staged source to S3 before it sends the request: the local copy is not needed after
+        # the SDK has uploaded the staged source to S3 before it sends the request: the local copy can go after
         with tempfile.TemporaryDirectory(prefix="course-source-") as staging:
             source = stage_source(config.kind, Path(staging) / "source")
             trainer, channels = build_trainer(
@@ -811,7 +815,7 @@ def launch_online(
                 account=account,
             )
             trainer.train(input_data_config=channels, wait=False, logs=False)
-    except (BotoCoreError, ClientError) as exc:
+    except (BotoCoreError, ClientError, S3UploadFailedError) as exc:  # boto3 wraps an upload's ClientError
         raise OnlineError(aws_error_line(exc, config.region)) from None
     name = sent[-1]["TrainingJobName"]
     print(f"started {name}: {console_link(name, config.region)}")

@@ -60,8 +60,11 @@ COURSE_VENV="$STATE/venv" COURSE_CACHE_DIR="$STATE/cache" PYTHON="$PYTHON" \
   bash "$repo/tools/setup_env.sh" || fail "the course environment could not be set up (see above)"
 
 # 3. The kernel, registered for the notebook user (a stop erases ~/.local, so every start does this).
-"$STATE/venv/bin/python" -m ipykernel install --user --name "$KERNEL_NAME" \
-  --display-name "Python 3 ($KERNEL_NAME)" >/dev/null || fail "the kernel could not be registered"
+# (ipykernel stages the kernelspec in a temporary folder it does not remove: it gets one that goes at once)
+scratch="$(mktemp -d)"
+TMPDIR="$scratch" "$STATE/venv/bin/python" -m ipykernel install --user --name "$KERNEL_NAME" \
+  --display-name "Python 3 ($KERNEL_NAME)" >/dev/null || { rm -rf "$scratch"; fail "the kernel could not be registered"; }
+rm -rf "$scratch"
 say "kernel \"Python 3 ($KERNEL_NAME)\" registered"
 status ready
 say "ready in $(( $(date +%s) - start )) s: open notebooks/00_start_here.ipynb with that kernel"
