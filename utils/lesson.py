@@ -27,8 +27,9 @@ class Lesson:
     started: float = field(default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
-        # The scratch folder also goes when the kernel exits where the last cell (finish) never ran; a kernel killed
-        # at shutdown (one that did not exit in time) leaves it in the temporary folder.
+        # The scratch folder also goes when the kernel exits where the last cell (finish) never ran; a kernel that has
+        # not exited 2.5 s after a shutdown request gets SIGTERM from jupyter_client (half its shutdown_wait_time),
+        # which skips this, and leaves the folder in the temporary folder.
         self._remove_work = weakref.finalize(self, shutil.rmtree, str(self.work), ignore_errors=True)
 
     def need_horovod(self) -> bool:
