@@ -103,3 +103,69 @@ def test_fit_links_recovers_each_set_rate_from_its_own_rows():
         assert f.worst_error < 0.03
     with pytest.raises(ValueError, match="link_bps"):
         am.fit_links([{"np": 2, "bytes": 1, "best_seconds": 1.0}], gamma=0.0)
+
+
+def test_ring_hardly_grows_with_n_but_a_parameter_server_does():
+    bw = 12.5e9  # 100 Gb/s
+    ring = am.ring_seconds(np.array([2, 256]), 1e8, 0.0, bw)
+    assert ring[1] / ring[0] == pytest.approx((2 * 255 / 256) / (2 * 1 / 2))  # bounded by 2x
+    ps = am.parameter_server_seconds(np.array([2, 256]), 1e8, bw, 0.0)
+    assert ps[1] / ps[0] == pytest.approx(128)
+    assert am.ring_seconds(1, 1e8, 1.0, bw) == 0
+
+
+def _p4d_like(servers: int) -> am.Topology:
+    # 8 GPUs of 300 GB/s each way inside, 50 GB/s of network a server; 3 us and 10 us a step
+    return am.Topology(8, servers, am.Link(300e9, 3e-6), am.Link(50e9, 10e-6))
+
+
+def test_two_level_ring_by_hand():
+    one = _p4d_like(1)  # N = 8 inside one server: NVLink only, 14 steps of 3 us
+    assert one.n == 8 and one.ring_bandwidth == 300e9
+    assert float(am.allreduce_seconds(one, 1e9)) == pytest.approx(14 * 3e-6 + 2 * 7 / 8 * 1e9 / 300e9)
+    four = _p4d_like(4)  # N = 32: 62 steps, 6 of them cross the network; the network (50 GB/s) is the slowest hop
+    expected = 2 * (32 - 4) * 3e-6 + 2 * 3 * 10e-6 + 2 * 31 / 32 * 1e9 / 50e9
+    assert float(am.allreduce_seconds(four, 1e9, overhead=1e-3)) == pytest.approx(1e-3 + expected)
+    # one GPU a server: the flat ring of lesson 03, every step over the network
+    flat = am.Topology(1, 16, am.Link(1.0), am.Link(3.125e9, 20e-6))
+    assert float(am.allreduce_seconds(flat, 100e6)) == pytest.approx(float(am.ring_seconds(16, 100e6, 20e-6, 3.125e9)))
+    assert float(am.allreduce_seconds(am.Topology(1, 1, am.Link(1.0), am.Link(1.0)), 1e9)) == 0.0
+
+
+def test_two_level_tree_by_hand():
+    t = _p4d_like(32)  # 256 GPUs: a chain of 8 inside (7 steps), a tree of depth log2(32) = 5 across
+    expected = 2 * (7 * 3e-6 + 5 * 10e-6) + 2 * 1e6 / 50e9
+    assert float(am.allreduce_seconds(t, 1e6, "tree")) == pytest.approx(expected)
+    # small messages: the tree's few latencies win; large ones: the ring's (N-1)/N share of the buffer wins
+    assert am.fastest_algorithm(t, 1 << 10)[0] == "tree"
+    assert am.fastest_algorithm(_p4d_like(2), 1 << 30)[0] == "ring"
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        am.allreduce_seconds(t, 1e6, "butterfly")
+
+
+def test_bus_bandwidth_gives_back_the_slowest_link():
+    t = _p4d_like(4)
+    big = 1 << 34  # latencies negligible: the bus bandwidth is the server's network, as nccl-tests reports it
+    assert float(am.bus_bandwidth(big, am.allreduce_seconds(t, big), t.n)) == pytest.approx(50e9, rel=1e-3)
+    with pytest.raises(ValueError, match="at least 2"):
+        am.bus_bandwidth(1e6, 1.0, 1)
+
+
+def test_topology_refuses_bad_input():
+    with pytest.raises(ValueError, match="bandwidth must be a positive"):
+        am.Link(0.0)
+    with pytest.raises(ValueError, match="bandwidth must be a positive"):
+        am.Link(float("nan"))
+    with pytest.raises(ValueError, match="latency"):
+        am.Link(1e9, -1e-6)
+    with pytest.raises(ValueError, match="servers must be a whole number"):
+        am.Topology(8, 0, am.Link(1e9), am.Link(1e9))
+
+
+def test_step_efficiency_hides_the_allreduce_behind_the_backward_pass():
+    # 0.3 s of computation, 0.2 s of it backward: an allreduce of 0.15 s hides; one of 0.5 s leaves 0.1 + 0.5
+    assert am.step_efficiency(0.3, 0.15, overlap=2 / 3) == pytest.approx(1.0)
+    assert am.step_efficiency(0.3, 0.5, overlap=2 / 3) == pytest.approx(0.3 / 0.6)
+    assert am.step_efficiency(0.3, 0.5, overlap=0.0, overhead=0.1) == pytest.approx(0.3 / 0.9)
+    with pytest.raises(ValueError, match="overlap"):
+        am.step_efficiency(0.3, 0.1, overlap=2)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from utils import commcost, data, fits, model, scenario
+from utils import allreduce_model, commcost, data, fits, model, scenario
 
 
 @settings(max_examples=50, deadline=None)
@@ -212,12 +212,12 @@ def test_best_workers_balances_compute_and_ring_latency():
 
 def test_parameter_server_time_counts_one_direction_or_both():
     bw = 1e9
-    overlapped = commcost.parameter_server_seconds(4, 1e8, bw, latency=0.0)
+    overlapped = allreduce_model.parameter_server_seconds(4, 1e8, bw, latency=0.0)
     assert float(overlapped) == pytest.approx(0.4)  # 4 workers x 100 MB into (and out of) one link at 1 GB/s
-    assert float(commcost.parameter_server_seconds(4, 1e8, bw, 0.0, overlap=False)) == pytest.approx(0.8)
-    assert float(commcost.parameter_server_seconds(4, 1e8, bw, 0.0, servers=2)) == pytest.approx(0.2)
+    assert float(allreduce_model.parameter_server_seconds(4, 1e8, bw, 0.0, overlap=False)) == pytest.approx(0.8)
+    assert float(allreduce_model.parameter_server_seconds(4, 1e8, bw, 0.0, servers=2)) == pytest.approx(0.2)
     with pytest.raises(ValueError, match="servers"):
-        commcost.parameter_server_seconds(4, 1e8, bw, 0.0, servers=0)
+        allreduce_model.parameter_server_seconds(4, 1e8, bw, 0.0, servers=0)
 
 
 SINGLE = """\"\"\"One worker.\"\"\"
@@ -271,52 +271,54 @@ def test_source_lines_skip_blank_and_comment_lines():
 def test_predicted_efficiency_and_the_binding_rate_by_hand():
     # one rank: 1.0 s a step; two ranks compute 1.1 s each (they share the machine), 0.05 s fixed cost,
     # 10 MB of gradients: the ring sends 10 MB through each link; at 10 MB/s that is 1 s more.
-    eff = scenario.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05)
+    eff = allreduce_model.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05)
     assert eff == pytest.approx([1 / 2.15, 1 / 1.25])
     # the link at which the 10 MB take as long as the 1.1 s computation
-    assert scenario.binding_rate(2, 10e6, 1.1) == pytest.approx(10e6 / 1.1)
-    assert scenario.binding_rate(4, 10e6, 1.0) == pytest.approx(15e6)
+    assert allreduce_model.binding_rate(2, 10e6, 1.1) == pytest.approx(10e6 / 1.1)
+    assert allreduce_model.binding_rate(4, 10e6, 1.0) == pytest.approx(15e6)
     # with the allreduce free to run during the last 2/3 of the computation: 1.1/3 + max(2.2/3, 1.05) at 10 MB/s,
     # and the whole step is the computation once the allreduce (0.15 s) fits in the backward pass
-    eff = scenario.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05, overlap=2 / 3)
+    eff = allreduce_model.predicted_efficiency(1.0, 2, 1.1, 10e6, [10e6, 100e6], fixed_seconds=0.05, overlap=2 / 3)
     assert eff == pytest.approx([1 / (1.1 / 3 + 1.05), 1 / 1.1])
-    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5) == pytest.approx(10e6 / 0.6)
-    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.1) == pytest.approx(10e6 / 0.5)
-    assert scenario.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.7) == float("inf")
+    assert allreduce_model.binding_rate(2, 10e6, 1.2, overlap=0.5) == pytest.approx(10e6 / 0.6)
+    assert allreduce_model.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.1) == pytest.approx(10e6 / 0.5)
+    assert allreduce_model.binding_rate(2, 10e6, 1.2, overlap=0.5, fixed_seconds=0.7) == float("inf")
     with pytest.raises(ValueError):
-        scenario.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)
+        allreduce_model.predicted_efficiency(1.0, 1, 1.0, 1e6, 1e6)
     with pytest.raises(ValueError):
-        scenario.predicted_efficiency(1.0, 2, 1.0, 1e6, 1e6, overlap=1.5)
+        allreduce_model.predicted_efficiency(1.0, 2, 1.0, 1e6, 1e6, overlap=1.5)
 
 
 def test_predicted_efficiency_layer_by_layer_by_hand():
     # 1.2 s of computation, the last 1/2 of it backward (0.6 s); two layers made in that order, 6 MB then 2 MB
     # (so ready at 0.6 + 0.45 = 1.05 s and at 1.2 s). At 2 ranks through 10 MB/s links, 6 MB take 0.6 s and 2 MB
     # 0.2 s: the first crosses 1.05 -> 1.65 s, the second waits for the link, 1.65 -> 1.85 s; +0.05 s fixed.
-    eff = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[6e6, 2e6])
+    eff = allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[6e6, 2e6])
     assert eff == pytest.approx(1 / 1.9)
     # the same bytes in the other order: 2 MB ready at 0.75 s crosses by 0.95 s; 6 MB ready at 1.2 s ends at 1.8 s
-    eff = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[2e6, 6e6])
+    eff = allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, 0.05, overlap=0.5, layer_bytes=[2e6, 6e6])
     assert eff == pytest.approx(1 / 1.85)
     # a fast link: the computation alone; and never better than the whole allreduce started at the pass's start,
     # never worse than no overlap at all
-    assert scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 1e12, overlap=0.5, layer_bytes=[6e6, 2e6]) == pytest.approx(
-        1 / 1.2, rel=1e-3
-    )
+    assert allreduce_model.predicted_efficiency(
+        1.0, 2, 1.2, 8e6, 1e12, overlap=0.5, layer_bytes=[6e6, 2e6]
+    ) == pytest.approx(1 / 1.2, rel=1e-3)
     rates = np.geomspace(1e6, 1e10, 30)
-    layered = scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5, layer_bytes=[1e6, 6e6, 1e6])
-    assert np.all(layered <= scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5) + 1e-12)
-    assert np.all(layered >= scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.0) - 1e-12)
+    layered = allreduce_model.predicted_efficiency(
+        1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5, layer_bytes=[1e6, 6e6, 1e6]
+    )
+    assert np.all(layered <= allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.5) + 1e-12)
+    assert np.all(layered >= allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, rates, 0.05, overlap=0.0) - 1e-12)
     with pytest.raises(ValueError, match="adding up to grad_bytes"):
-        scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, overlap=0.5, layer_bytes=[6e6])
+        allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, 10e6, overlap=0.5, layer_bytes=[6e6])
 
 
 def test_a_measured_overhead_is_added_to_every_step():
     # the by-hand case above (1.9 s) plus 0.1 s that two ranks cost a step on loopback; on a fast link the last
     # gradient is ready at 1.2 s and its fixed cost ends the step at 1.25 s, plus 0.1
-    eff = scenario.predicted_efficiency(
+    eff = allreduce_model.predicted_efficiency(
         1.0, 2, 1.2, 8e6, [10e6, 1e12], overlap=0.5, layer_bytes=[6e6, 2e6], fixed_seconds=0.05, overhead_seconds=0.1
     )
     assert eff == pytest.approx([1 / 2.0, 1 / 1.35], rel=1e-3)
     with pytest.raises(ValueError, match="overhead_seconds"):
-        scenario.predicted_efficiency(1.0, 2, 1.2, 8e6, 1e7, overhead_seconds=-0.1)
+        allreduce_model.predicted_efficiency(1.0, 2, 1.2, 8e6, 1e7, overhead_seconds=-0.1)

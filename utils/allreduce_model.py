@@ -1,4 +1,4 @@
-"""The cost of one ring allreduce: Thakur et al.'s alpha-beta-gamma model, and its fit to measured times.
+"""The cost of an allreduce, from one ring of processes to a cluster of GPU servers: the course's one cost model.
 
 For N workers and a buffer of b bytes, the ring (reduce-scatter, then allgather) takes
 (Thakur, Rabenseifner & Gropp 2005; Patarasuk & Yuan 2009)
@@ -14,6 +14,12 @@ addition, and the link bandwidth follows from the slope.
 
 On a CPU the slope is smaller while a message's pieces fit in the core's caches: the measured line bends
 where they outgrow them. `fit_line` then fits two regimes joined at a bend.
+
+A GPU cluster has two levels: G GPUs inside a server joined by NVLink/NVSwitch or PCIe, and M servers joined by
+a network that all G GPUs of a server share (`Topology`). `allreduce_seconds` prices NCCL's two algorithms on
+it: the ring through all G*M GPUs, whose every step lasts as long as its slowest hop, and the double binary
+tree, whose latency grows with log2(M) instead of N. `step_efficiency` sets an allreduce beside a training
+step's computation, with the part that can hide behind the backward pass (lesson 04).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 def ring_seconds(n, nbytes, alpha: float, bandwidth: float, gamma: float = 0.0, overhead: float = 0.0) -> np.ndarray:
     """Thakur et al.'s ring allreduce time: overhead + 2(n-1)alpha + 2(n-1)/n b/bandwidth + (n-1)/n b gamma."""
     n, b = np.asarray(n, dtype=float), np.asarray(nbytes, dtype=float)
-    if np.any(n < 1) or bandwidth <= 0:
+    if np.any(n < 1) or np.any(np.asarray(bandwidth) <= 0):
         raise ValueError(f"n must be at least 1 and the bandwidth positive, got n={n}, bandwidth={bandwidth}")
     return overhead + 2 * (n - 1) * alpha + (n - 1) / n * b * (2 / bandwidth + gamma)
 
@@ -208,3 +214,212 @@ def fit_links(rows, gamma: float, min_bytes: int = 1 << 20) -> list[LinkFit]:
         worst = float(np.max(np.abs(fit.predict(group.np, group.bytes) / group.best_seconds - 1)))
         out.append(LinkFit(str(link), float(group.link_bps.iloc[0]) / 8, fit, worst))
     return out
+
+
+def parameter_server_seconds(
+    n, nbytes: float, link_bytes_per_s: float, latency: float, servers: int = 1, overlap: bool = True
+) -> np.ndarray:
+    """Synchronous push-pull through `servers` parameter servers, each server link carrying n/servers buffers each way.
+
+    With `overlap` (the default) the pushes and pulls overlap on a full-duplex link (the model's tensors are
+    pipelined: new weights of one go out while gradients of the next come in), so one direction's time counts:
+    n K / (servers B). Without it the server pulls only after every push has arrived, and both count: 2 n K / (servers B).
+    """
+    n = np.asarray(n, dtype=float)
+    if servers < 1:
+        raise ValueError(f"servers must be at least 1, got {servers}")
+    one_way = n * nbytes / servers / link_bytes_per_s
+    return 2 * latency + (one_way if overlap else 2 * one_way)
+
+
+# --- Two levels: GPUs inside a server, servers on a network -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Link:
+    """One level's link: bytes per second in each direction, and the latency of one message (seconds)."""
+
+    bytes_per_s: float
+    latency: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (np.isfinite(self.bytes_per_s) and self.bytes_per_s > 0):
+            raise ValueError(
+                f"a link's bandwidth must be a positive number of bytes per second, got {self.bytes_per_s}"
+            )
+        if not (np.isfinite(self.latency) and self.latency >= 0):
+            raise ValueError(f"a link's latency is a time in seconds, at least 0; got {self.latency}")
+
+
+#: NCCL's algorithms as `allreduce_seconds` prices them.
+ALGORITHMS = ("ring", "tree")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """`servers` servers of `gpus` GPUs: `inside` is one GPU's link to the others of its server (NVLink, PCIe),
+    `network` one server's link to the others, shared by all its GPUs (its network card(s), EFA or ENA)."""
+
+    gpus: int
+    servers: int
+    inside: Link
+    network: Link
+
+    def __post_init__(self) -> None:
+        for name in ("gpus", "servers"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, np.integer)) and v >= 1):
+                raise ValueError(f"{name} must be a whole number of at least 1, got {v!r}")
+
+    @property
+    def n(self) -> int:
+        """All the GPUs: one rank each."""
+        return int(self.gpus * self.servers)
+
+    @property
+    def ring_bandwidth(self) -> float:
+        """Bytes/s of the ring's slowest hop: a GPU's link inside, or a server's network (one ring hop leaves each
+        server per ring; NCCL runs as many rings as the server has network cards, which share its bandwidth)."""
+        rates = ([self.inside.bytes_per_s] if self.gpus > 1 else []) + (
+            [self.network.bytes_per_s] if self.servers > 1 else []
+        )
+        return min(rates) if rates else float("inf")
+
+
+#: NCCL's own latencies for large messages (its "Simple" protocol), in seconds: a fixed cost per call and one per
+#: ring step on each kind of link (NVIDIA/nccl src/graph/tuning.cc, baseLat and hwLat tables, NCCL 2.30.7 at
+#: 5067397c, read 2026-11-27: base 8.4 us; ring steps 3.4 us over NVLink, 5.7 us over PCIe, 14 us over the network).
+NCCL_LATENCY = {"base": 8.4e-6, "NVLink": 3.4e-6, "PCIe": 5.7e-6, "network": 14e-6}
+
+
+def allreduce_seconds(topology: Topology, nbytes, algorithm: str = "ring", overhead: float = 0.0) -> np.ndarray:
+    """Seconds to allreduce `nbytes` over every GPU of `topology` with NCCL's `algorithm` ("ring" or "tree"),
+    `overhead` seconds a call on top (NCCL's base latency, or Horovod's negotiation). With N = G*M GPUs:
+
+    ring: 2(N-1) steps, 2(M-1) of them crossing the network (a_network each) and the rest inside a server
+          (a_inside), and 2(N-1)/N of the buffer through the slowest hop (B_ring: the smaller of a GPU's link inside
+          and a server's network): t = 2(N-M) a_inside + 2(M-1) a_network + 2(N-1)/N b / B_ring.
+    tree: a chain through each server's G GPUs and NCCL's double binary tree across the M servers, reduce then
+          broadcast, pipelined: every server sends 2b in all (half down each tree), so the bandwidth term is
+          2b / B_ring with no (N-1)/N, and the latency 2((G-1) a_inside + floor(log2 M) a_network).
+    The latency terms are NCCL's (src/graph/tuning.cc); its protocol and tree efficiencies are left out.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {ALGORITHMS}")
+    b = np.asarray(nbytes, dtype=float)
+    if np.any(b < 0):
+        raise ValueError(f"nbytes must not be negative, got {nbytes}")
+    t, n, m = topology, topology.n, topology.servers
+    if n == 1:
+        return np.zeros_like(b) + overhead
+    if algorithm == "ring":
+        latency = 2 * (n - m) * t.inside.latency + 2 * (m - 1) * t.network.latency
+        return overhead + latency + 2 * (n - 1) / n * b / t.ring_bandwidth
+    depth = int(np.floor(np.log2(m)))
+    latency = 2 * ((t.gpus - 1) * t.inside.latency + depth * t.network.latency)
+    return overhead + latency + 2 * b / t.ring_bandwidth
+
+
+def fastest_algorithm(topology: Topology, nbytes: float) -> tuple[str, float]:
+    """The algorithm of ALGORITHMS that allreduces `nbytes` soonest on `topology`, and its seconds (NCCL chooses
+    the same way, from a model of the same kind: its src/graph/tuning.cc)."""
+    times = {a: float(allreduce_seconds(topology, nbytes, a)) for a in ALGORITHMS}
+    best = min(times, key=times.get)
+    return best, times[best]
+
+
+def bus_bandwidth(nbytes, seconds, n: int) -> np.ndarray:
+    """nccl-tests' bus bandwidth (bytes/s): the algorithm bandwidth b/t times 2(n-1)/n, the share of the buffer each
+    link must carry in an allreduce, so that it compares with a link's own rate whatever n is."""
+    if n < 2:
+        raise ValueError(f"a bus bandwidth needs at least 2 ranks, got n={n}")
+    t = np.asarray(seconds, dtype=float)
+    if np.any(t <= 0):
+        raise ValueError("times must be positive")
+    return np.asarray(nbytes, dtype=float) / t * 2 * (n - 1) / n
+
+
+#: The backward pass's share of a training step's computation: about 2/3, since a step costs about 6 operations
+#: per parameter and example, 2 forward and 4 backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
+#: Models", section 2.1). Gradients can travel while the backward pass still runs, so that much can overlap.
+BACKWARD_SHARE = 2 / 3
+
+
+def step_efficiency(compute_seconds: float, allreduce: float, overlap: float = BACKWARD_SHARE, overhead: float = 0.0):
+    """Scaling efficiency of a synchronous step, each GPU keeping its batch: its computation over the step, where
+    the allreduce may run during the last `overlap` share of the computation (the backward pass) and `overhead`
+    (seconds) is paid every step on top: c / ((1 - overlap) c + max(overlap c, allreduce) + overhead)."""
+    if not compute_seconds > 0:
+        raise ValueError(f"compute_seconds must be positive, got {compute_seconds}")
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap is a share of the step's computation, between 0 and 1; got {overlap}")
+    comm = np.asarray(allreduce, dtype=float)
+    if np.any(comm < 0) or overhead < 0:
+        raise ValueError("the allreduce and the overhead are times, at least 0")
+    step = (1 - overlap) * compute_seconds + np.maximum(overlap * compute_seconds, comm) + overhead
+    return compute_seconds / step
+
+
+def predicted_efficiency(
+    one_rank_step: float,
+    n: int,
+    compute_step: float,
+    grad_bytes: float,
+    link_bytes_per_s,
+    fixed_seconds: float = 0.0,
+    step_latency: float = 0.0,
+    overlap: float = 0.0,
+    layer_bytes: Sequence[float] | None = None,
+    overhead_seconds: float = 0.0,
+) -> np.ndarray:
+    """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
+    step. That step is the computation (`compute_step`, measured with N processes busy) and the allreduce (its
+    fixed cost plus the ring's traffic through links of `link_bytes_per_s`), of which the allreduce may run
+    during the last `overlap` share of the computation (0: one after the other; BACKWARD_SHARE: during the
+    backward pass, as Horovod's bridge hands each gradient over when it is ready).
+
+    Without `layer_bytes` the whole allreduce may start when that share begins (the most it can hide). With
+    `layer_bytes`, the gradient bytes of each layer in the order the backward pass produces them (the last layer
+    first), each layer's gradient is ready only once the backward pass has computed it (the pass's time shared
+    among the layers in proportion to their bytes: a dense layer's backward work is proportional to its
+    weights) and the link sends them one after the other: the step ends when the last one has crossed.
+
+    `overhead_seconds` is added to every step: what synchronous training costs a step beyond the computation
+    where the link costs nothing (measured on loopback: N ranks' step minus N independent workers' step; it holds
+    the allreduce's fixed cost and its copies, so pass fixed_seconds=0 with it)."""
+    if overhead_seconds < 0:
+        raise ValueError(f"overhead_seconds is a time, at least 0; got {overhead_seconds}")
+    rates = np.asarray(link_bytes_per_s, dtype=float)
+    if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
+        raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
+    if not 0 <= overlap <= 1:
+        raise ValueError(f"overlap is a share of the step's computation, between 0 and 1; got {overlap}")
+    if layer_bytes is None:
+        comm = fixed_seconds + ring_seconds(n, grad_bytes, step_latency, rates)
+        return one_rank_step / compute_step * step_efficiency(compute_step, comm, overlap, overhead_seconds)
+    sizes = np.asarray(layer_bytes, dtype=float)
+    if sizes.size == 0 or np.any(sizes < 0) or not np.isclose(sizes.sum(), grad_bytes, rtol=0.01):
+        raise ValueError(
+            f"layer_bytes must be the layers' gradient bytes, adding up to grad_bytes ({grad_bytes:,.0f}); "
+            f"got {sizes.size} layers adding up to {sizes.sum():,.0f}"
+        )
+    backward_start = (1 - overlap) * compute_step
+    ready = backward_start + overlap * compute_step * np.cumsum(sizes) / sizes.sum()
+    done = np.zeros_like(rates)
+    for at, size in zip(ready, sizes):  # first in, first out through the link
+        done = np.maximum(done, at) + ring_seconds(n, size, 0.0, rates)
+    step = np.maximum(compute_step, done + fixed_seconds + 2 * (n - 1) * step_latency)
+    return one_rank_step / (step + overhead_seconds)
+
+
+def binding_rate(
+    n: int, grad_bytes: float, compute_step: float, overlap: float = 1.0, fixed_seconds: float = 0.0
+) -> float:
+    """The link rate (bytes/s) below which a step's ring allreduce (its fixed cost included) outlasts the `overlap`
+    share of the computation it can hide behind (overlap 1: the whole computation), and so lengthens the step."""
+    if n < 2 or compute_step <= 0 or not 0 < overlap <= 1:
+        raise ValueError("n must be at least 2, compute_step positive and overlap in (0, 1]")
+    room = overlap * compute_step - fixed_seconds
+    if room <= 0:
+        return float("inf")  # the fixed cost alone outlasts the overlap: every link binds
+    return 2 * (n - 1) / n * grad_bytes / room

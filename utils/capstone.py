@@ -390,7 +390,7 @@ def calibrate(
     alternation; on loopback where the lab cannot run here (and then no allreduce time is charged)."""
     import sys
 
-    from utils import commcost, launch, netlab
+    from utils import allreduce_model, launch, netlab
 
     lab_ok = netlab.support()
     command = [sys.executable, str(script), *map(str, args)]
@@ -444,7 +444,7 @@ def calibrate(
     if lab_ok.available:
         where = f"on two lab hosts linked at {netlab.describe_rate(rate)}"
         # T(N)'s allreduce at the rate the links really carried
-        comm = float(commcost.ring_allreduce_seconds(2, lab_grad_bytes, achieved * rate / 8, 0.0))
+        comm = float(allreduce_model.ring_seconds(2, lab_grad_bytes, 0.0, achieved * rate / 8))
     else:  # no link was crossed: charging one would credit the workers with an allreduce that never happened
         where = f"over loopback ({lab_ok.reason}): the link's share is not in this measurement"
         comm = 0.0

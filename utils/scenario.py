@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
-from utils.commcost import ring_allreduce_seconds
+from utils.allreduce_model import ring_seconds
 
 HOUR = 3600.0
 
@@ -66,7 +65,7 @@ def job_seconds_on_workers(
             f"link_bytes_per_s must be positive, got {link_bytes_per_s} (commcost.gbit_to_bytes_per_s converts Gb/s)"
         )
     steps_n = steps / n if scale_batch else steps
-    return compute_seconds / n + steps_n * ring_allreduce_seconds(n, grad_bytes, link_bytes_per_s, step_latency)
+    return compute_seconds / n + steps_n * ring_seconds(n, grad_bytes, step_latency, link_bytes_per_s)
 
 
 def workers_needed(
@@ -170,75 +169,3 @@ def productivity_tier(seconds: float) -> tuple[str, str]:
         if seconds < bound:
             return tier, meaning
     raise AssertionError("unreachable: the last tier has no bound")
-
-
-#: The backward pass's share of a training step's computation: about 2/3, since a step costs about 6 operations
-#: per parameter and example, 2 forward and 4 backward (Kaplan et al. 2020, "Scaling Laws for Neural Language
-#: Models", section 2.1). Gradients can travel while the backward pass still runs, so that much can overlap.
-BACKWARD_SHARE = 2 / 3
-
-
-def predicted_efficiency(
-    one_rank_step: float,
-    n: int,
-    compute_step: float,
-    grad_bytes: float,
-    link_bytes_per_s,
-    fixed_seconds: float = 0.0,
-    step_latency: float = 0.0,
-    overlap: float = 0.0,
-    layer_bytes: Sequence[float] | None = None,
-    overhead_seconds: float = 0.0,
-) -> np.ndarray:
-    """Scaling efficiency T(N) predicts when every rank keeps the one-rank batch: one rank's step over the N-rank
-    step. That step is the computation (`compute_step`, measured with N processes busy) and the allreduce (its
-    fixed cost plus the ring's traffic through links of `link_bytes_per_s`), of which the allreduce may run
-    during the last `overlap` share of the computation (0: one after the other; BACKWARD_SHARE: during the
-    backward pass, as Horovod's bridge hands each gradient over when it is ready).
-
-    Without `layer_bytes` the whole allreduce may start when that share begins (the most it can hide). With
-    `layer_bytes`, the gradient bytes of each layer in the order the backward pass produces them (the last layer
-    first), each layer's gradient is ready only once the backward pass has computed it (the pass's time shared
-    among the layers in proportion to their bytes: a dense layer's backward work is proportional to its
-    weights) and the link sends them one after the other: the step ends when the last one has crossed.
-
-    `overhead_seconds` is added to every step: what synchronous training costs a step beyond the computation
-    where the link costs nothing (measured on loopback: N ranks' step minus N independent workers' step; it holds
-    the allreduce's fixed cost and its copies, so pass fixed_seconds=0 with it)."""
-    if overhead_seconds < 0:
-        raise ValueError(f"overhead_seconds is a time, at least 0; got {overhead_seconds}")
-    rates = np.asarray(link_bytes_per_s, dtype=float)
-    if one_rank_step <= 0 or compute_step <= 0 or grad_bytes < 0 or n < 2 or np.any(rates <= 0):
-        raise ValueError("steps and rates must be positive, grad_bytes not negative, and n at least 2")
-    if not 0 <= overlap <= 1:
-        raise ValueError(f"overlap is a share of the step's computation, between 0 and 1; got {overlap}")
-    if layer_bytes is None:
-        comm = fixed_seconds + ring_allreduce_seconds(n, grad_bytes, rates, step_latency)
-        step = (1 - overlap) * compute_step + np.maximum(overlap * compute_step, comm)
-        return one_rank_step / (step + overhead_seconds)
-    sizes = np.asarray(layer_bytes, dtype=float)
-    if sizes.size == 0 or np.any(sizes < 0) or not np.isclose(sizes.sum(), grad_bytes, rtol=0.01):
-        raise ValueError(
-            f"layer_bytes must be the layers' gradient bytes, adding up to grad_bytes ({grad_bytes:,.0f}); "
-            f"got {sizes.size} layers adding up to {sizes.sum():,.0f}"
-        )
-    backward_start = (1 - overlap) * compute_step
-    ready = backward_start + overlap * compute_step * np.cumsum(sizes) / sizes.sum()
-    done = np.zeros_like(rates)
-    for at, size in zip(ready, sizes):  # first in, first out through the link
-        done = np.maximum(done, at) + ring_allreduce_seconds(n, size, rates, 0.0)
-    step = np.maximum(compute_step, done + fixed_seconds + step_latency)
-    return one_rank_step / (step + overhead_seconds)
-
-
-def binding_rate(
-    n: int, grad_bytes: float, compute_step: float, overlap: float = 1.0, fixed_seconds: float = 0.0
-) -> float:
-    """The link rate (bytes/s) below which a step's ring allreduce (its fixed cost included) outlasts the `overlap`
-    share of the computation it can hide behind (overlap 1: the whole computation), and so lengthens the step."""
-    if n < 2 or compute_step <= 0 or not 0 < overlap <= 1:
-        raise ValueError("n must be at least 2, compute_step positive and overlap in (0, 1]")
-    room = overlap * compute_step - fixed_seconds
-    if room <= 0:
-        return float("inf")  # the fixed cost alone outlasts the overlap: every link binds
-    return 2 * (n - 1) / n * grad_bytes / room
