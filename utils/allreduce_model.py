@@ -290,6 +290,8 @@ class Topology:
 #: ring step on each kind of link (NVIDIA/nccl src/graph/tuning.cc, baseLat and hwLat tables, NCCL 2.30.7 at
 #: 5067397c, read 2026-11-27: base 8.4 us; ring steps 3.4 us over NVLink, 5.7 us over PCIe, 14 us over the network).
 NCCL_LATENCY = {"base": 8.4e-6, "NVLink": 3.4e-6, "PCIe": 5.7e-6, "network": 14e-6}
+#: The share of a link's bandwidth NCCL's model gives its tree (busBw * .92 for allreduce, same file and commit).
+TREE_EFFICIENCY = 0.92
 
 
 def allreduce_seconds(topology: Topology, nbytes, algorithm: str = "ring", overhead: float = 0.0) -> np.ndarray:
@@ -300,8 +302,10 @@ def allreduce_seconds(topology: Topology, nbytes, algorithm: str = "ring", overh
           (a_inside), and 2(N-1)/N of the buffer through the slowest hop (B_ring: the smaller of a GPU's link inside
           and a server's network): t = 2(N-M) a_inside + 2(M-1) a_network + 2(N-1)/N b / B_ring.
     tree: a chain through each server's G GPUs and NCCL's double binary tree across the M servers, reduce then
-          broadcast, pipelined: every server sends 2b in all (half down each tree), so the bandwidth term is
-          2b / B_ring with no (N-1)/N, and the latency 2((G-1) a_inside + floor(log2 M) a_network).
+          broadcast, pipelined, each tree carrying half the buffer. A GPU of the chain sends 2b in all; a server
+          sends 2b over the network when M > 2 (interior in one tree, a leaf in the other) and b when M = 2 (each
+          server the root of one tree). Latency 2((G-1) a_inside + floor(log2 M) a_network); NCCL gives the tree
+          92 % of a link's bandwidth (TREE_EFFICIENCY).
     The latency terms are NCCL's (src/graph/tuning.cc); its protocol and tree efficiencies are left out.
     """
     if algorithm not in ALGORITHMS:
@@ -317,7 +321,9 @@ def allreduce_seconds(topology: Topology, nbytes, algorithm: str = "ring", overh
         return overhead + latency + 2 * (n - 1) / n * b / t.ring_bandwidth
     depth = int(np.floor(np.log2(m)))
     latency = 2 * ((t.gpus - 1) * t.inside.latency + depth * t.network.latency)
-    return overhead + latency + 2 * b / t.ring_bandwidth
+    inside = 2 * b / t.inside.bytes_per_s if t.gpus > 1 else 0.0
+    network = (2 if m > 2 else 1) * b / t.network.bytes_per_s if m > 1 else 0.0
+    return overhead + latency + np.maximum(inside, network) / TREE_EFFICIENCY
 
 
 def fastest_algorithm(topology: Topology, nbytes: float) -> tuple[str, float]:
@@ -423,3 +429,139 @@ def binding_rate(
     if room <= 0:
         return float("inf")  # the fixed cost alone outlasts the overlap: every link binds
     return 2 * (n - 1) / n * grad_bytes / room
+
+
+# --- Today's instances and published clusters, from the course's data files -------------------------------------
+
+
+def instances():
+    """data/gpu_instances.csv (SageMaker GPU training instances, each fact with its source), by instance type."""
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    return pd.read_csv(DATA / "gpu_instances.csv").set_index("instance_type")
+
+
+def _inside_latency(intra_link: str) -> float:
+    return NCCL_LATENCY["PCIe"] if str(intra_link).strip().lower() == "pcie" else NCCL_LATENCY["NVLink"]
+
+
+def topology_of(instance_type: str, count: int) -> Topology:
+    """`count` instances of `instance_type` (from data/gpu_instances.csv) as a Topology with NCCL's latencies."""
+    table = instances()
+    if instance_type not in table.index:
+        raise ValueError(
+            f"unknown instance type {instance_type!r}: data/gpu_instances.csv knows {', '.join(table.index)}"
+        )
+    row = table.loc[instance_type]
+    network = Link(float(row.network_gbps) * 1e9 / 8, NCCL_LATENCY["network"])
+    gpus = int(row.gpus)
+    if gpus > 1 and not float(row.intra_gbytes_per_s) > 0:
+        raise ValueError(
+            f"data/gpu_instances.csv gives no bandwidth between the GPUs of {instance_type} (no source found for it): "
+            "choose another instance type, or build a Topology with a link you can source"
+        )
+    inside = network if gpus == 1 else Link(float(row.intra_gbytes_per_s) * 1e9, _inside_latency(row.intra_link))
+    return Topology(gpus, int(count), inside, network)
+
+
+def check_published(cases, overlap: float = BACKWARD_SHARE, gradient_bytes_per_parameter: int = 4):
+    """The model beside each published case of data/published_scaling.csv: for a scaling measurement, the efficiency
+    it predicts from the case's own inputs (parameters, batch and one-GPU throughput, GPUs per server, links); for a
+    nccl-tests measurement, the bus bandwidth. Nothing is fitted to the published answer."""
+    import pandas as pd
+
+    out = []
+    for _, c in cases.iterrows():
+        scaling = pd.notna(c.published_efficiency)
+        needs = ["gpus_per_server", "servers"] + (
+            ["parameters", "batch_per_gpu", "one_gpu_images_per_s"] if scaling else ["message_bytes"]
+        )
+        missing = [k for k in needs if pd.isna(c[k])]
+        if missing:  # the source does not give every input: not checked, and said so
+            out.append(
+                {
+                    "case": c.case,
+                    "measure": "scaling efficiency" if scaling else "bus bandwidth (GB/s)",
+                    "published": float(c.published_efficiency if scaling else c.published_busbw_gbytes_per_s),
+                    "not checked": "the source gives no " + ", ".join(missing),
+                }
+            )
+            continue
+        gpus, servers = int(c.gpus_per_server), int(c.servers)
+        net = Link(float(c.network_gbps) * 1e9 / 8 if c.network_gbps > 0 else 1.0, NCCL_LATENCY["network"])
+        if gpus == 1 or pd.isna(c.intra_gbytes_per_s):  # no link inside, or none stated: the network binds
+            inside = Link(net.bytes_per_s, NCCL_LATENCY["PCIe"])
+        else:
+            inside = Link(float(c.intra_gbytes_per_s) * 1e9, _inside_latency(c.intra_link))
+        topo = Topology(gpus, servers, inside, net)
+        row = {"case": c.case, "GPUs": topo.n}
+        if scaling:
+            grad = float(c.parameters) * gradient_bytes_per_parameter
+            algorithm, comm = fastest_algorithm(topo, grad)
+            compute = float(c.batch_per_gpu) / float(c.one_gpu_images_per_s)
+            predicted = float(step_efficiency(compute, comm + NCCL_LATENCY["base"], overlap))
+            row |= {
+                "measure": "scaling efficiency",
+                "published": float(c.published_efficiency),
+                "predicted": predicted,
+                "error": predicted - float(c.published_efficiency),
+                "allreduce (ms)": 1e3 * comm,
+                "compute (ms)": 1e3 * compute,
+                "algorithm": algorithm,
+            }
+        else:
+            size = float(c.message_bytes)
+            algorithm, t = fastest_algorithm(topo, size)
+            predicted = float(bus_bandwidth(size, t + NCCL_LATENCY["base"], topo.n)) / 1e9
+            row |= {
+                "measure": "bus bandwidth (GB/s)",
+                "published": float(c.published_busbw_gbytes_per_s),
+                "predicted": predicted,
+                "error": predicted / float(c.published_busbw_gbytes_per_s) - 1,
+                "algorithm": algorithm,
+            }
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def why_missed(checked, case, overlap: float = BACKWARD_SHARE) -> str:
+    """One generated sentence on a published case outside the goal: which of the model's assumptions its own figures
+    contradict (`checked`: a row of check_published; `case`: the same case's row of data/published_scaling.csv)."""
+    if checked.measure == "scaling efficiency":
+        published, compute, comm = checked.published, checked["compute (ms)"], checked["allreduce (ms)"]
+        if published > 1:
+            return (
+                f"{checked.case}: the published efficiency is {published:.3f}, above 1: the multi-GPU run beat "
+                f"{int(checked.GPUs)} one-GPU runs, which no cost of communication can explain; the same source "
+                "replaced that table later (the cases dated 2020-11)"
+            )
+        hidden = comm / (overlap * compute)
+        if hidden < 0.5:
+            return (
+                f"{checked.case}: the allreduce ({comm:.1f} ms) takes {hidden:.0%} of the backward pass it hides behind, so "
+                f"communication cannot explain the {100 * (checked.predicted - published):.0f} points lost: the model "
+                "has no other cost of scaling (the GPUs of one server share its CPUs, memory and host links, and "
+                "whatever feeds them the data)"
+            )
+        step = compute / published  # the step the published efficiency implies, in ms
+        room = step - (1 - overlap) * compute  # what that step leaves for the allreduce once it runs beside backprop
+        rate = 2 * (checked.GPUs - 1) / checked.GPUs * float(case.parameters) * 4 / (room / 1e3)
+        return (
+            f"{checked.case}: the allreduce ({comm:.0f} ms) outlasts the backward pass ({overlap * compute:.0f} ms), so "
+            f"the step rests on the rate the ring really gets; the published {published:.2f} means a step of "
+            f"{step:.0f} ms and an allreduce of {room:.0f} ms, a bus bandwidth of {8 * rate / 1e9:.1f} Gbit/s, "
+            f"{rate / (float(case.network_gbps) * 1e9 / 8):.0%} of the {case.network_gbps:g} Gbit/s link the "
+            "model gives it in full"
+        )
+    bound = float(case.network_gbps) / 8
+    if checked.published > bound:
+        return (
+            f"{checked.case}: {checked.published:.0f} GB/s is more than any ring can carry through a "
+            f"{case.network_gbps:g} Gbit/s network ({bound:.0f} GB/s), and the model's tree is held back inside "
+            "the server, where a GPU of its chain sends twice the buffer; NCCL also has algorithms in which the "
+            "NVSwitch of H100 servers adds (NVLink SHARP, NVLS in NCCL's tuning model) and a GPU sends the buffer "
+            "once: the model leaves them out, and the published output does not say which algorithm ran"
+        )
+    return f"{checked.case}: {checked.published:.0f} GB/s published against {checked.predicted:.0f} GB/s predicted"
