@@ -84,6 +84,29 @@ if ! have_mpi; then
   fi
 fi
 
+# SimGrid's SMPI (utils.simgrid, lesson 03's simulated cluster): real MPI collectives on a simulated platform, for
+# clusters no one can rent. It starts no service; installed where Open MPI is (root and apt-get), with a C compiler
+# (libsimgrid-dev only recommends one). Elsewhere the command is printed and lesson 03 skips its simulation.
+simgrid_packages="libsimgrid-dev gcc"
+have_simgrid() { command -v smpicc >/dev/null 2>&1 && command -v smpirun >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; }
+if ! have_simgrid; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing SimGrid's SMPI with apt-get ($simgrid_packages; no service is started)"
+    # shellcheck disable=SC2086  # one argument per package, on purpose
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $simgrid_packages >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $simgrid_packages >/dev/null; } \
+      || say "WARNING: apt-get could not install $simgrid_packages (above)"
+  fi
+  if ! have_simgrid; then
+    [ -n "$require_horovod" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+      && die "SimGrid is required here (CI, root, apt-get) and could not be installed."
+    say "NOTE: SimGrid is not installed, so lesson 03 skips its simulated cluster. To add it (Debian/Ubuntu):
+         sudo apt-get install -y $simgrid_packages
+       elsewhere: https://simgrid.org/doc/latest/Installing_SimGrid.html"
+  fi
+fi
+
 want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" "$repo/tools/portable.sh" \
         <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') <(command -v mpicc mpirun || true) \
         | sha256_hex | cut -c1-16)"
