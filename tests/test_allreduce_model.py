@@ -184,8 +184,15 @@ def test_instances_from_the_data_file():
     assert flat.n == 16 and flat.ring_bandwidth == pytest.approx(10e9 / 8)
     with pytest.raises(ValueError, match=r"unknown instance type 'ml\.p9'.*ml\.p4d\.24xlarge"):
         am.topology_of("ml.p9", 2)
-    with pytest.raises(ValueError, match="no bandwidth between the GPUs"):
-        am.topology_of("ml.g5.12xlarge", 2)
+
+
+def test_an_instance_without_a_sourced_link_inside_is_refused(monkeypatch):
+    table = am.instances()
+    table.loc["ml.p4d.24xlarge", "intra_gbytes_per_s"] = float("nan")  # as a row whose source gives none
+    monkeypatch.setattr(am, "instances", lambda: table)
+    with pytest.raises(ValueError, match="no bandwidth between the GPUs of ml.p4d.24xlarge"):
+        am.topology_of("ml.p4d.24xlarge", 2)
+    assert am.topology_of("ml.p3.2xlarge", 2).n == 2  # one GPU an instance needs none
 
 
 def test_published_cases_are_checked_from_their_own_inputs():

@@ -468,6 +468,35 @@ def check_ring_time_ms(workers: int, nbytes: float, link_gbps: float, answer: fl
     )
 
 
+def check_two_level_ring(ring_ms: Any) -> bool:
+    """Exercise: the learner's `ring_ms(gpus, servers, inside_gbytes, network_gbits, nbytes)`, a latency-free ring
+    through every GPU of `servers` servers, run on several clusters against utils.allreduce_model."""
+    from utils import allreduce_model as am
+
+    if ring_ms is None:
+        return report("two-level ring", None, None)
+    cases = [(8, 1, 300, 400, 100e6), (8, 4, 300, 400, 100e6), (4, 2, 32, 100, 100e6), (1, 16, 32, 10, 100e6)]
+    ok = True
+    for gpus, servers, inside, network, nbytes in cases:
+        topo = am.Topology(gpus, servers, am.Link(inside * 1e9), am.Link(network * 1e9 / 8))
+        expected = 1e3 * float(am.allreduce_seconds(topo, nbytes))
+        try:
+            answer = ring_ms(gpus, servers, inside, network, nbytes)
+        except Exception as err:  # the learner's code failed: say how, and count it as wrong
+            print(f"[two-level ring] ring_ms({gpus}, {servers}, {inside}, {network}, {nbytes:g}) raised {err!r}")
+            ok = False
+            continue
+        ok &= report(
+            f"{servers} server(s) of {gpus} GPU(s), {inside} GB/s inside, {network} Gbit/s between",
+            answer,
+            expected,
+            rel_tol=0.01,
+            hint="2(N-1)/N x bytes through the slowest hop: a GPU's link inside (if a server has more than one GPU) "
+            "or the server's network (if there is more than one server); Gbit/s / 8 = GB/s",
+        )
+    return ok
+
+
 def check_fit_prediction_ms(fit: Any, nbytes: float, answer: float | None) -> bool:
     """Exercise: what a fitted allreduce model (utils.allreduce_model.LineFit) predicts for `nbytes`, in ms."""
     return report(
