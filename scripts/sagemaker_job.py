@@ -10,7 +10,11 @@ data/instance_prices.csv. Nothing leaves the machine.
 
 With --online (and AWS credentials, COURSE_SAGEMAKER_ONLINE=1 and SAGEMAKER_ROLE_ARN set) the same job
 is launched on AWS, but only if its worst-case cost is under --limit-usd; that is checked before any call
-to AWS, and an error from AWS is reported in one line that says what to do.
+to AWS, and an error from AWS is reported in one line that says what to do. So are the role's ARN (its
+whole form: arn:aws:iam::<12-digit account>:role/<name>) and the credentials, which are looked for without
+the network (the instance metadata service, 169.254.169.254, is asked only on an EC2 or SageMaker notebook
+instance, or with COURSE_AWS_IMDS=1). A job has at most 20 instances, SageMaker's default quota per training
+job; pass --instance-quota if your account's quota was raised.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("kind", choices=list(sagemaker_job.KINDS), help="which training script the job runs")
     p.add_argument("--instances", type=int, default=1, help="instances (hosts) of the job")
+    p.add_argument(
+        "--instance-quota",
+        type=int,
+        default=sagemaker_job.INSTANCES_PER_JOB_QUOTA,
+        help="your account's quota 'Maximum number of instances per training job' (default: AWS's default, %(default)s)",
+    )
     p.add_argument("--processes-per-host", type=int, default=1, help="Horovod ranks per instance (one per GPU)")
     p.add_argument("--instance-type", default="ml.g5.2xlarge", help="a type listed in data/instance_prices.csv")
     p.add_argument("--spot", action="store_true", help="managed spot training (checkpoints on)")
@@ -56,6 +66,7 @@ def config_from(args: argparse.Namespace) -> sagemaker_job.JobConfig:
     return sagemaker_job.JobConfig(
         kind=args.kind,
         instances=args.instances,
+        instance_quota=args.instance_quota,
         processes_per_host=args.processes_per_host,
         instance_type=args.instance_type,
         spot=args.spot,

@@ -231,8 +231,8 @@ def test_metric_regexes_read_the_scripts_real_log_lines(tmp_path):
 def test_online_needs_opt_in_and_credentials(no_aws_credentials):
     with pytest.raises(PermissionError, match="COURSE_SAGEMAKER_ONLINE=1"):
         sj.check_online_allowed({})
-    with pytest.raises(PermissionError, match="no AWS credentials"):
-        sj.check_online_allowed({sj.ONLINE_FLAG: "1"})
+    with pytest.raises(PermissionError, match="no AWS credentials"):  # the role's form is checked first, offline
+        sj.check_online_allowed({sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": ROLE})
 
 
 def _cli_module():
@@ -563,3 +563,177 @@ def test_a_tracking_server_over_the_limit_or_without_the_opt_in_is_refused_befor
     )
     assert "OnlineError" in out.stderr and "InvalidClientTokenId" in out.stderr, out.stderr[-1500:]
     assert _RefusingAWS.calls, "with the opt-in, within the limit, the request was sent"
+
+
+# --- the role ARN, credentials and the instance count: checked here, before any call to AWS
+
+GOOD_ROLE_ARNS = [
+    ROLE,
+    "arn:aws:iam::123456789012:role/service-role/AmazonSageMaker-ExecutionRole-20261125T101010",
+    "arn:aws-cn:iam::123456789012:role/division_abc/subdivision_xyz/Course+Role=1,2.x@y_z-w",
+    "arn:aws-us-gov:iam::123456789012:role/" + "R" * 64,
+]
+BAD_ROLE_ARNS = [
+    ("arn:aws:iam::12:user/bob", "12-digit account"),
+    ("arn:aws:iam::123456789012:user/bob", "not a role"),
+    ("arn:aws:iam::123456789012:role/", "role name"),
+    ("arn:aws:iam::123456789012:role/path/", "role name"),
+    ("arn:aws:iam::123456789012:role/" + "R" * 65, "64"),
+    ("arn:aws:iam::123456789012:role/bad name", "role name"),
+    ("arn:aws:iam::123456789012:role/rôle", "role name"),
+    ("arn:aws-mars:iam::123456789012:role/Course", "partition"),
+    ("arn:aws:s3:::123456789012:role/Course", "not an IAM ARN"),
+    ("arn:aws:iam::123456789012:role/Course\n", "role name"),
+    ("arn:aws:iam:us-east-1:123456789012:role/Course", "not an IAM ARN"),
+    ("SageMakerRole", "not an IAM ARN"),
+]
+
+
+@pytest.mark.parametrize("arn", GOOD_ROLE_ARNS)
+def test_a_role_arn_of_the_right_form_is_accepted(no_aws_credentials, arn):
+    no_aws_credentials.setenv("AWS_ACCESS_KEY_ID", "AKIAUNUSABLE00000000")
+    no_aws_credentials.setenv("AWS_SECRET_ACCESS_KEY", "unusable")
+    sj.check_online_allowed({sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": arn})
+
+
+@pytest.mark.parametrize(("arn", "why"), BAD_ROLE_ARNS)
+def test_a_role_arn_of_the_wrong_form_is_refused_with_what_is_wrong(no_aws_credentials, arn, why):
+    no_aws_credentials.setenv("AWS_ACCESS_KEY_ID", "AKIAUNUSABLE00000000")
+    no_aws_credentials.setenv("AWS_SECRET_ACCESS_KEY", "unusable")
+    with pytest.raises(PermissionError, match="SAGEMAKER_ROLE_ARN") as refused:
+        sj.check_online_allowed({sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": arn})
+    line = str(refused.value)
+    assert why in line and "\n" not in line, line
+    assert "arn:aws:iam::<12-digit account>:role/" in line, "the line says what a role ARN looks like"
+
+
+def test_the_cli_refuses_a_user_arn_before_any_call_to_aws(refusing_aws, monkeypatch, capsys):
+    """In this process: the offline build runs, then the role is refused; the endpoint never hears of it."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in (online_env(refusing_aws) | {"SAGEMAKER_ROLE_ARN": "arn:aws:iam::12:user/bob"}).items():
+        monkeypatch.setenv(key, value)
+    assert _cli_module().main(["single", "--online", "--limit-usd", "100"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "SAGEMAKER_ROLE_ARN" in err and "12-digit account" in err, err
+    assert _RefusingAWS.calls == [], "the role is checked before any call to AWS (STS, S3, SageMaker)"
+
+
+@pytest.fixture
+def no_credentials_anywhere(no_aws_credentials):
+    """No credentials, and the metadata service NOT turned off: botocore's chain would end by asking it."""
+    monkeypatch = no_aws_credentials
+    for var in ("AWS_EC2_METADATA_DISABLED", "AWS_METADATA_SERVICE_TIMEOUT", "AWS_METADATA_SERVICE_NUM_ATTEMPTS"):
+        monkeypatch.delenv(var, raising=False)  # restored after the test, also if something sets them meanwhile
+    for var in [k for k in os.environ if k.startswith(("AWS_CONTAINER_", "AWS_WEB_IDENTITY", "AWS_ROLE_"))]:
+        monkeypatch.delenv(var)
+    monkeypatch.delenv("COURSE_AWS_IMDS", raising=False)  # the course's opt-in for asking the metadata service
+    return monkeypatch
+
+
+def test_missing_credentials_are_found_missing_without_asking_the_network(no_credentials_anywhere, capsys):
+    no_credentials_anywhere.setattr(sj, "aws_instance", lambda: None)  # not an EC2 or SageMaker machine
+    guard = sj.NetworkGuard()
+    try:
+        with pytest.raises(PermissionError, match="no AWS credentials") as refused:
+            sj.check_online_allowed({sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": ROLE})
+    finally:
+        guard.close()
+    assert guard.attempts == [], "the instance metadata service (169.254.169.254) must not be asked"
+    assert "metadata service" in str(refused.value) and "\n" not in str(refused.value), refused.value
+    assert capsys.readouterr().err == ""
+
+
+def test_the_cli_without_credentials_says_so_in_one_line_and_asks_no_metadata_service(no_credentials_anywhere, capsys):
+    """The tester's case, in this process (the guard sees its sockets): `--online` with no credentials anywhere."""
+    no_credentials_anywhere.setenv(sj.ONLINE_FLAG, "1")
+    no_credentials_anywhere.setenv("SAGEMAKER_ROLE_ARN", ROLE)
+    no_credentials_anywhere.setattr(sj, "aws_instance", lambda: None, raising=False)  # not an EC2/SageMaker machine
+    guard = sj.NetworkGuard()
+    try:
+        assert _cli_module().main(["single", "--online", "--limit-usd", "100"]) == 2
+    finally:
+        guard.close()
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no AWS credentials" in err, err
+    assert guard.attempts == [], f"no connection to {guard.attempts} (169.254.169.254 is the metadata service)"
+
+
+@pytest.mark.parametrize(
+    ("instance", "opt_in"), [("a SageMaker notebook instance", None), ("an EC2 instance", None), (None, "1")]
+)
+def test_on_an_aws_instance_or_when_asked_the_metadata_service_is_asked_and_that_is_said(
+    no_credentials_anywhere, capsys, instance, opt_in
+):
+    no_credentials_anywhere.setattr(sj, "aws_instance", lambda: instance)
+    env = {sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": ROLE}
+    if opt_in:
+        env[sj.IMDS_FLAG] = opt_in
+    guard = sj.NetworkGuard()
+    try:
+        with pytest.raises(PermissionError, match="no AWS credentials"):
+            sj.check_online_allowed(env)
+    finally:
+        guard.close()
+    assert any("169.254.169.254" in a for a in guard.attempts), guard.attempts
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "169.254.169.254" in said[0] and (instance or sj.IMDS_FLAG) in said[0], said
+
+
+def test_an_instance_is_recognised_from_its_own_files(tmp_path):
+    assert sj.aws_instance(tmp_path) is None
+    (tmp_path / "sys/class/dmi/id").mkdir(parents=True)
+    (tmp_path / "sys/class/dmi/id/sys_vendor").write_text("QEMU\n")
+    assert sj.aws_instance(tmp_path) is None
+    (tmp_path / "sys/class/dmi/id/sys_vendor").write_text("Amazon EC2\n")
+    assert sj.aws_instance(tmp_path) == "an EC2 instance"
+    (tmp_path / "opt/ml/metadata").mkdir(parents=True)
+    (tmp_path / "opt/ml/metadata/resource-metadata.json").write_text('{"ResourceName": "course"}')
+    assert sj.aws_instance(tmp_path) == "a SageMaker notebook instance"
+    xen = tmp_path / "xen"
+    (xen / "sys/hypervisor").mkdir(parents=True)
+    (xen / "sys/hypervisor/uuid").write_text("ec2e1916-9099-7caf-fd21-012345abcdef\n")
+    assert sj.aws_instance(xen) == "an EC2 instance"
+
+
+def test_more_instances_than_one_training_job_allows_are_refused_before_anything_starts(monkeypatch, capsys):
+    def heavy(*args, **kwargs):
+        raise AssertionError("the job was being built: the count must be refused before")
+
+    monkeypatch.setattr(sj, "offline_aws", heavy)
+    assert _cli_module().main(["mwms", "--instances", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "Maximum number of instances per training job" in err and "20" in err, err
+    assert "quota" in err and "no maximum" in err, "the line says it is an account quota, not an API maximum"
+
+
+def test_the_instance_limit_is_a_quota_that_a_raised_quota_lifts():
+    assert sj.JobConfig(kind="mwms", instances=sj.INSTANCES_PER_JOB_QUOTA).instances == 20
+    with pytest.raises(ValueError, match="instance_quota"):
+        sj.JobConfig(kind="mwms", instances=21)
+    assert sj.JobConfig(kind="mwms", instances=64, instance_quota=64).instances == 64
+    with pytest.raises(ValueError, match="your quota of 64"):
+        sj.JobConfig(kind="mwms", instances=65, instance_quota=64)
+    with pytest.raises(ValueError, match="instance_quota must be a whole number"):
+        sj.JobConfig(kind="mwms", instances=2, instance_quota=0)
+
+
+def test_the_api_itself_sets_no_maximum_on_a_jobs_instance_count():
+    """The premise of the message: CreateTrainingJob's ResourceConfig.InstanceCount has a minimum and no maximum in
+    botocore's SageMaker service model, so the limit of 20 is the account quota, not the API."""
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingInstanceCount")
+    assert shape.metadata.get("max") is None, shape.metadata
+
+
+def test_a_profile_that_is_not_there_is_named_without_asking_the_network(no_credentials_anywhere):
+    no_credentials_anywhere.setenv("AWS_PROFILE", "no-such-profile")
+    guard = sj.NetworkGuard()
+    try:
+        with pytest.raises(PermissionError, match=r"could not be loaded \(The config profile \(no-such-profile\)"):
+            sj.check_online_allowed({sj.ONLINE_FLAG: "1", "SAGEMAKER_ROLE_ARN": ROLE})
+    finally:
+        guard.close()
+    assert guard.attempts == []

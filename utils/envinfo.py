@@ -188,13 +188,12 @@ def machine_line() -> str:
 
 
 def aws_credentials_present() -> bool:
-    """True when boto3 finds AWS credentials (the SageMaker lab then offers online mode); never prints them."""
-    # Keep the look-up short on machines without an instance metadata service.
-    os.environ.setdefault("AWS_METADATA_SERVICE_TIMEOUT", "1")
-    os.environ.setdefault("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
+    """True when boto3 finds AWS credentials (the SageMaker lab then offers online mode); never prints them, and asks
+    the instance metadata service (the network) only on an AWS instance (utils.sagemaker_job.credentials_session)."""
     try:
-        import boto3
+        from utils.sagemaker_job import credentials_session
 
-        return boto3.session.Session().get_credentials() is not None
-    except Exception:  # a broken config file must not break the environment check
+        credentials_session()
+        return True
+    except Exception:  # none found, or a broken config file: neither must break the environment check
         return False

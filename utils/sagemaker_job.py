@@ -44,6 +44,15 @@ ONLINE_FLAG = "COURSE_SAGEMAKER_ONLINE"
 #: The course's Horovod image (docker/horovod), as it is named once pushed to the learner's ECR.
 HOROVOD_REPOSITORY, HOROVOD_TAG = "tensorflow-horovod", "2.21-gpu-py312-horovod0.28.1"
 KINDS = {"single": "train_single.py", "mwms": "train_mwms.py", "horovod": "train_horovod.py"}
+#: SageMaker's default for the quota "Maximum number of instances per training job": an account quota per Region,
+#: adjustable in the Service Quotas console ("Amazon SageMaker AI endpoints and quotas", AWS General Reference,
+#: https://docs.aws.amazon.com/general/latest/gr/sagemaker.html#limits_sagemaker; the SageMaker Developer Guide
+#: lists the same default, "Maximum number of instances per training job – 20", in
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/feature-store-feature-processor-quotas.html). The API sets no
+#: maximum: CreateTrainingJob's ResourceConfig.InstanceCount (TrainingInstanceCount in botocore's SageMaker service
+#: model) has a minimum of 0 and no maximum. The quota counts one job; "Number of instances across all training
+#: jobs" (default 4 in a new account) bounds all running jobs together, and each instance type has its own quota.
+INSTANCES_PER_JOB_QUOTA = 20
 INPUT_MODES = ("File", "FastFile", "Pipe")
 #: The log line every course script prints per epoch, e.g. "epoch 2/5: loss 0.0123 val_loss 0.0145 (812 samples/s)".
 METRIC_DEFINITIONS = [
@@ -55,6 +64,27 @@ METRIC_DEFINITIONS = [
 
 # ----------------------------------------------------------------------------------------------------
 # What a job is made of
+
+
+def instance_limit_message(instances: int, quota: int = INSTANCES_PER_JOB_QUOTA) -> str:
+    """Why a job of `instances` instances is refused, and what to do: one line."""
+    if quota == INSTANCES_PER_JOB_QUOTA:
+        limit = (
+            f"SageMaker's quota 'Maximum number of instances per training job' is {quota} by default "
+            "(AWS General Reference, Amazon SageMaker AI endpoints and quotas)"
+        )
+        todo = (
+            f"use at most {quota} instances, or ask for a higher quota in the Service Quotas console (Amazon "
+            "SageMaker) and pass the quota you were granted as instance_quota (--instance-quota)"
+        )
+    else:
+        limit = f"your quota of {quota} for 'Maximum number of instances per training job' (instance_quota)"
+        todo = f"use at most {quota} instances, or ask for a higher quota in the Service Quotas console first"
+    return (
+        f"{instances} instances is more than one training job may have: {limit}. That is an account quota, which "
+        "a quota increase raises, not an API maximum (CreateTrainingJob's ResourceConfig.InstanceCount has no "
+        f"maximum): {todo}"
+    )
 
 
 @dataclass(frozen=True)
@@ -81,12 +111,21 @@ class JobConfig:
     region: str = REGION
     mlflow_arn: str = ""  # a managed MLflow server (tracking server or app) the job's script logs to
     mlflow_experiment: str = "course"
+    #: your account's "Maximum number of instances per training job" quota, if it was raised above the default
+    instance_quota: int = INSTANCES_PER_JOB_QUOTA
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown job kind {self.kind!r}: choose one of {', '.join(KINDS)}")
         if not isinstance(self.instances, int) or self.instances < 1:
             raise ValueError(f"a job needs at least 1 instance, got {self.instances!r}")
+        if isinstance(self.instance_quota, bool) or not isinstance(self.instance_quota, int) or self.instance_quota < 1:
+            raise ValueError(
+                "instance_quota must be a whole number of at least 1 (your account's quota 'Maximum number of "
+                f"instances per training job'), got {self.instance_quota!r}"
+            )
+        if self.instances > self.instance_quota:
+            raise ValueError(instance_limit_message(self.instances, self.instance_quota))
         if not isinstance(self.processes_per_host, int) or self.processes_per_host < 1:
             raise ValueError(f"processes per host must be at least 1, got {self.processes_per_host!r}")
         if self.kind == "single" and (self.instances, self.processes_per_host) != (1, 1):
@@ -701,26 +740,171 @@ def console_link(job_name: str, region: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
 
 
-def check_online_allowed(env: Mapping[str, str] | None = None) -> None:
-    """Raise with what to do unless the learner opted in and AWS credentials are available."""
+#: IAM role ARNs, as IAM documents them: "arn:partition:iam::account:role/role-name-with-path" ("IAM identifiers",
+#: IAM ARNs, https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_identifiers.html#identifiers-arns), with the
+#: partitions IAM names there (aws, aws-cn, aws-us-gov), a 12-digit account, and the parts IAM's API allows (CreateRole,
+#: https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreateRole.html): RoleName 1-64 characters of [\w+=,.@-]
+#: (IAM's \w is ASCII: letters, digits, _), Path "/" alone or "/" + characters ! to ~ + "/", at most 512 characters.
+#: The same patterns are botocore's IAM service model's roleNameType and pathType.
+ROLE_PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
+ROLE_ARN_FORM = (
+    "arn:aws:iam::<12-digit account>:role/<name> (or role/<path>/<name>; partition aws, aws-cn or aws-us-gov)"
+)
+_ROLE_NAME = re.compile(r"[A-Za-z0-9_+=,.@-]{1,64}")
+_ROLE_PATH = re.compile(r"/|/[\x21-\x7e]+/")
+
+
+def role_arn_problem(arn: str) -> str | None:
+    """What is wrong with `arn` as an IAM role's ARN (the part that is wrong, in words), or None when nothing is."""
+    parts = str(arn).split(":", 5)
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "iam" or parts[3] != "":
+        return "it is not an IAM ARN (arn:<partition>:iam::<account>:..., with no region)"
+    partition, account, resource = parts[1], parts[4], parts[5]
+    if partition not in ROLE_PARTITIONS:
+        return f"its partition {partition!r} is not one of {', '.join(ROLE_PARTITIONS)}"
+    if not re.fullmatch(r"[0-9]{12}", account):
+        return f"its account {account!r} is not a 12-digit account ID"
+    kind, slash, rest = resource.partition("/")
+    if kind != "role" or not slash:
+        return f"it names {resource.split('/')[0]!r}, not a role: a job runs as an execution role, never as a user"
+    path, _, name = rest.rpartition("/")
+    path = f"/{path}/" if path else "/"
+    if len(name) > 64:
+        return f"its role name is {len(name)} characters long: IAM allows at most 64"
+    if not _ROLE_NAME.fullmatch(name):
+        return (
+            f"its role name {name!r} is empty or has a character IAM does not allow in one "
+            "(letters, digits and _+=,.@- only)"
+        )
+    if len(path) > 512 or not _ROLE_PATH.fullmatch(path):
+        return f"its path {path!r} is not an IAM path (at most 512 characters from ! to ~, between slashes)"
+    return None
+
+
+def check_role_arn(arn: str | None, variable: str = "SAGEMAKER_ROLE_ARN") -> str:
+    """`arn` if it has the form of an IAM role's ARN; else a PermissionError that says what is wrong, in one line."""
+    if not arn:
+        raise PermissionError(
+            f"set {variable} to the ARN of a SageMaker execution role ({ROLE_ARN_FORM}) before launching online"
+        )
+    problem = role_arn_problem(arn)
+    if problem:
+        raise PermissionError(
+            f"{variable}={arn!r} is not the ARN of an IAM role: {problem}. Set it to the ARN of a SageMaker "
+            f"execution role, {ROLE_ARN_FORM}, as the IAM console shows it on the role's page"
+        )
+    return arn
+
+
+#: Set to 1 to let the online path ask an instance metadata service for credentials on a machine that the course
+#: does not recognise as an EC2 or SageMaker instance.
+IMDS_FLAG = "COURSE_AWS_IMDS"
+IMDS_ADDRESS = "169.254.169.254"
+
+
+def aws_instance(root: Path | str = "/") -> str | None:
+    """What kind of AWS instance this machine is, read from its own files (no network), or None if none.
+
+    A SageMaker notebook instance has /opt/ml/metadata/resource-metadata.json (SageMaker Developer Guide, "Get
+    notebook instance metadata"); an EC2 instance says "Amazon EC2" as its DMI system vendor (Nitro), has its
+    instance ID as DMI board asset tag, or a Xen hypervisor UUID that starts with "ec2" (EC2 User Guide, "Detect
+    whether a host is an EC2 instance").
+    """
+    root = Path(root)
+    if (root / "opt/ml/metadata/resource-metadata.json").is_file():
+        return "a SageMaker notebook instance"
+
+    def read(relative: str) -> str:
+        try:
+            return (root / relative).read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
+    if (
+        read("sys/class/dmi/id/sys_vendor") == "Amazon EC2"
+        or read("sys/class/dmi/id/board_asset_tag").startswith("i-")
+        or read("sys/hypervisor/uuid").lower().startswith("ec2")
+    ):
+        return "an EC2 instance"
+    return None
+
+
+def credentials_session(region: str = REGION, env: Mapping[str, str] | None = None) -> Any:
+    """A boto3 session with AWS credentials for the online path, or a PermissionError that says what to do.
+
+    botocore's credential chain looks in the environment variables, the shared credentials and config files (and
+    their profiles: assume-role, SSO, credential_process), container credentials (AWS_CONTAINER_CREDENTIALS_*) and
+    web identity, all without the network unless configured to use it, and last in the instance metadata service
+    (IMDS) at 169.254.169.254, over the network. On a machine that is not an AWS instance that address does not
+    answer, so the chain is run first without its IMDS provider ("iam-role"). IMDS is asked only when nothing else
+    gave credentials and this machine is an EC2 or SageMaker notebook instance (whose role's credentials come from
+    there), or when COURSE_AWS_IMDS=1; one line on stderr says so. AWS_EC2_METADATA_DISABLED=true, which botocore's
+    InstanceMetadataProvider honours, keeps IMDS out in every case.
+    """
+    env = os.environ if env is None else env
+    import boto3
+    import botocore.session
+    from botocore.exceptions import BotoCoreError
+
+    core = botocore.session.Session()
+    try:
+        resolver = core.get_component("credential_provider")
+        imds = resolver.get_provider("iam-role")
+        resolver.remove("iam-role")
+        found = core.get_credentials()
+        asked, why_not = False, ""
+        if found is None:
+            where = aws_instance()
+            # botocore's InstanceMetadataFetcher reads this variable from os.environ; `env` may say it too
+            if any(e.get("AWS_EC2_METADATA_DISABLED", "false").lower() == "true" for e in (os.environ, env)):
+                why_not = "AWS_EC2_METADATA_DISABLED=true"
+            elif where or env.get(IMDS_FLAG) == "1":
+                reason = f"this machine is {where}, whose role provides them" if where else f"{IMDS_FLAG}=1"
+                print(
+                    f"looking for AWS credentials in the instance metadata service ({IMDS_ADDRESS}): {reason}",
+                    file=sys.stderr,
+                )
+                resolver.providers.append(imds)
+                found, asked = core.get_credentials(), True
+            else:
+                why_not = f"this machine is not an EC2 or SageMaker instance; set {IMDS_FLAG}=1 to ask it anyway"
+    except BotoCoreError as exc:  # a profile that is not there, a config file that does not parse, ...
+        raise PermissionError(
+            f"AWS credentials could not be loaded ({' '.join(str(exc).split())}): check AWS_PROFILE and your "
+            "~/.aws/config and ~/.aws/credentials, or run `aws configure`"
+        ) from None
+    if found is None:
+        looked = (
+            "environment variables, ~/.aws/credentials and ~/.aws/config (AWS_PROFILE), container and web-identity "
+            "settings"
+        )
+        if asked:
+            looked += ", and the instance metadata service (does the instance have a role?)"
+        else:
+            looked += f"; the instance metadata service was not asked ({why_not})"
+        raise PermissionError(
+            f"no AWS credentials found (looked in: {looked}): run `aws configure` (or set AWS_PROFILE) on a machine "
+            "with an AWS account before launching online; offline, leave COURSE_SAGEMAKER_ONLINE unset"
+        )
+    return boto3.Session(botocore_session=core, region_name=region)
+
+
+def check_online_allowed(env: Mapping[str, str] | None = None, region: str = REGION) -> Any:
+    """Raise with what to do unless the learner opted in, SAGEMAKER_ROLE_ARN has the form of a role's ARN and AWS
+    credentials are available; return a boto3 session with those credentials.
+
+    Everything is checked here, on this machine, before any call to AWS: the role's ARN as a whole (a user's ARN, a
+    short account, a bad name would otherwise reach AWS after the code was uploaded), and credentials without the
+    network where that is enough (see `credentials_session`).
+    """
     env = os.environ if env is None else env
     if env.get(ONLINE_FLAG) != "1":
         raise PermissionError(
             f"online launch is off: set {ONLINE_FLAG}=1 to launch on AWS for real (it costs money; "
             "every job here is also shown offline)"
         )
-    from utils import envinfo
-
-    if not envinfo.aws_credentials_present():
-        raise PermissionError(
-            "no AWS credentials found: run `aws configure` (or set AWS_PROFILE) on a machine with an AWS "
-            "account before launching online; offline, leave COURSE_SAGEMAKER_ONLINE unset"
-        )
-    if not env.get("SAGEMAKER_ROLE_ARN", "").startswith("arn:aws:iam::"):
-        raise PermissionError(
-            "set SAGEMAKER_ROLE_ARN to the ARN of a SageMaker execution role "
-            "(arn:aws:iam::<account>:role/<name>) before launching online"
-        )
+    check_role_arn(env.get("SAGEMAKER_ROLE_ARN"))
+    return credentials_session(region, env)
 
 
 class OnlineError(RuntimeError):
@@ -780,20 +964,19 @@ def launch_online(
     """Launch the job on AWS for real, under the cost guard; return the request sent and the job's name.
 
     Everything that needs no network comes first: the limit, the job's worst case against it (on the same
-    request built offline), the opt-in, credentials and role. An AWS error becomes an `OnlineError` whose
-    one-line message says what to do.
+    request built offline), the opt-in, the role's ARN and credentials (found without the network except on
+    AWS's own instances, `credentials_session`). An AWS error becomes an `OnlineError` whose one-line message
+    says what to do.
     """
     limit_usd = check_limit(limit_usd)
     with offline_aws(config.region) as aws:
         check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
-    check_online_allowed()
-    import boto3
+    boto = check_online_allowed(region=config.region)
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
     from sagemaker.core.helper.session_helper import Session
 
     try:
-        boto = boto3.Session(region_name=config.region)
         account = boto.client("sts").get_caller_identity()["Account"]
         session = Session(boto_session=boto, default_bucket=bucket)
         bucket = bucket or session.default_bucket()
@@ -895,12 +1078,11 @@ def create_mlflow_server_online(
             f"a {size} MLflow tracking server for the {hours:g} h you plan costs ${cost:,.2f}, above your limit of "
             f"${limit_usd:,.2f}: plan fewer hours, or raise the limit"
         )
-    check_online_allowed()
-    import boto3
+    boto = check_online_allowed(region=region)
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        client = boto3.Session(region_name=region).client("sagemaker")
+        client = boto.client("sagemaker")
         arn = client.create_mlflow_tracking_server(
             **mlflow_server_request(name, os.environ["SAGEMAKER_ROLE_ARN"], artifact_uri, size, region)
         )["TrackingServerArn"]
