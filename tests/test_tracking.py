@@ -117,15 +117,22 @@ def test_experiment_names_are_checked_and_a_missing_store_says_what_to_do(tmp_pa
         tracking.runs(tmp_path / "none.db")
 
 
-def test_the_ui_answers_a_proxys_host_name_only_and_chromium_sees_the_runs(tmp_path):
+def test_the_ui_answers_a_proxys_host_name_only_and_chromium_sees_the_runs(tmp_path, monkeypatch):
     """MLflow 3 refuses a request addressed to a host name it was not given (DNS rebinding); a notebook instance's
     proxy forwards the instance's name, which `allowed_host` admits; MLflow's own page, served by tracking.UI, shows
-    a tracked run's name in the browser (one server for all three: each start costs seconds)."""
+    a tracked run's name in the browser (one server for all three: each start costs seconds). The server leaves
+    nothing in the temporary folder (MLflow's server makes an empty db_init_lock-<hash> there for each store whose
+    jobs the page asks for)."""
     import json
     import shutil
+    import tempfile
     import urllib.error
     import urllib.request
 
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))  # this process's and the server's temporary folder
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     store = tmp_path / "mlflow.db"
     # the run as the scripts log it (tracking.Run), without a training: the scripts' own runs are the tests above
     log_one = "from utils import tracking; r = tracking.Run({}, world_size=1, logs=True, kind='single'); r.end(True)"
@@ -148,29 +155,39 @@ def test_the_ui_answers_a_proxys_host_name_only_and_chromium_sees_the_runs(tmp_p
         except urllib.error.HTTPError as err:
             return err.code
 
+    browser_here = any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome"))
     with tracking.UI(store, allowed_host=proxy) as ui:
         assert ui.run_names() == ["seen-in-the-browser"]  # addressed to 127.0.0.1
         assert status(ui, proxy) == 200
         assert status(ui, "other.notebook.us-east-1.sagemaker.aws") == 403, "the host check is off"
-        if not any(shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")):
-            pytest.skip("no Chromium here (sudo apt-get install -y chromium): the page was not opened")
-        sys.path.insert(0, str(paths.TOOLS))
-        import check_site
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS)
-            try:
-                page = browser.new_page()
-                page.goto(ui.url + "#/experiments")  # the page polls the server: "networkidle" never comes
-                page.get_by_text("Model training").first.click(timeout=60_000)  # MLflow 3's page opens on GenAI
-                page.get_by_text("ui check").first.click(timeout=60_000)
-                page.get_by_text("seen-in-the-browser").first.wait_for(timeout=60_000)
-                if os.environ.get("COURSE_SCREENSHOTS"):
-                    page.screenshot(path=os.environ["COURSE_SCREENSHOTS"])
-            finally:
-                browser.close()
+        jobs = urllib.request.Request(ui.url + "ajax-api/3.0/jobs/search", b"{}", {"Content-Type": "application/json"})
+        with urllib.request.urlopen(jobs, timeout=30) as answer:  # as the page asks: MLflow's job store opens
+            assert json.loads(answer.read()) == {"jobs": []}
+        if browser_here:
+            _open_the_page(ui)
     assert ui.proc is None
+    assert not list(temporary.rglob("db_init_lock-*")), "MLflow's lock file was left in the temporary folder"
+    if not browser_here:
+        pytest.skip("no Chromium here (sudo apt-get install -y chromium): the page was not opened")
+
+
+def _open_the_page(ui) -> None:
+    sys.path.insert(0, str(paths.TOOLS))
+    import check_site
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page()
+            page.goto(ui.url + "#/experiments")  # the page polls the server: "networkidle" never comes
+            page.get_by_text("Model training").first.click(timeout=60_000)  # MLflow 3's page opens on GenAI
+            page.get_by_text("ui check").first.click(timeout=60_000)
+            page.get_by_text("seen-in-the-browser").first.wait_for(timeout=60_000)
+            if os.environ.get("COURSE_SCREENSHOTS"):
+                page.screenshot(path=os.environ["COURSE_SCREENSHOTS"])
+        finally:
+            browser.close()
 
 
 def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):
@@ -230,3 +247,141 @@ def test_making_a_fresh_store_says_nothing_on_stderr(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=paths.REPO_ROOT)
     assert out.returncode == 0, out.stderr[-1500:]
     assert out.stderr.strip() == "", out.stderr
+
+
+# --- a damaged store, and stores made by several runs at once
+
+#: What a store's file can suffer: emptied (truncated to 0 bytes), pages overwritten where MLflow's own queries do
+#: not look (only SQLite's check finds them), overwritten from its second page on (SQLite's raw "database disk
+#: image is malformed"), its header overwritten (SQLite's "file is not a database").
+DAMAGE = {
+    "empty": lambda good: b"",
+    "latent": lambda good: good[:8192] + b"\xff" * 8192 + good[16384:],
+    "pages": lambda good: good[:4096] + b"\xff" * (len(good) - 4096),
+    "header": lambda good: b"not SQLite" * 10 + good[100:],
+}
+
+
+@pytest.fixture(scope="module")
+def good_store(tmp_path_factory) -> bytes:
+    """The bytes of a store holding one finished run (each test damages a copy, at a path never opened before)."""
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path_factory.mktemp("good") / "mlflow.db"
+    env = tracking.environment("damaged", store)
+    client = MlflowClient(env[tracking.URI_ENV])
+    run = client.create_run(client.get_experiment_by_name("damaged").experiment_id, run_name="kept")
+    client.log_metric(run.info.run_id, "loss", 0.5, step=1)
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return store.read_bytes()
+
+
+def _damaged(folder, good: bytes, how: str):
+    store = folder / how / "mlflow.db"
+    store.parent.mkdir()
+    store.write_bytes(DAMAGE[how](good))
+    return store
+
+
+def _says_damaged(err: BaseException, store) -> None:
+    message = str(err)
+    assert type(err).__name__ == "DamagedStore", f"{type(err).__name__}: {message[:600]}"
+    assert "\n" not in message and str(store) in message and "move it aside" in message, message
+    assert "the runs in it are lost" in message, message
+
+
+def _start_and_stop_the_ui(store) -> None:
+    with tracking.UI(store, timeout=60):
+        pass
+
+
+def test_a_damaged_store_is_named_with_what_to_do_when_read_made_or_shown(tmp_path, good_store):
+    """A store emptied or corrupted is neither taken for a new one (its runs gone without a word) nor answered
+    with SQLite's raw error: the course says which file, what is wrong and what to do, and leaves the file as
+    it was; the UI says it before starting a server."""
+    for how in DAMAGE:
+        store = _damaged(tmp_path, good_store, how)
+        before = store.read_bytes()
+        calls = [
+            (tracking.runs, store),
+            (tracking.history, "0" * 32, "loss", store),
+            (tracking.environment, "damaged", store),
+        ]
+        if how != "latent":  # each costs a server's start where the store is not checked first
+            calls.append((_start_and_stop_the_ui, store))
+        for call, *args in calls:
+            with pytest.raises(Exception) as caught:
+                call(*args)
+            _says_damaged(caught.value, store)
+        assert store.read_bytes() == before, f"{how}: the damaged store was written to"
+        assert not (store.parent / "ui.log").exists() or how == "latent", "a server was started on it"
+
+
+def test_a_damaged_store_turns_tracking_off_in_one_line_and_the_training_goes_on(tmp_path, good_store):
+    stores = [_damaged(tmp_path, good_store, how) for how in ("empty", "pages")]
+    code = (
+        "import os, sys; from utils import tracking\n"
+        "for store in sys.argv[1:]:\n"
+        "    os.environ[tracking.URI_ENV] = tracking.local_uri(store)\n"
+        "    tracking.Run({}, world_size=1, logs=True, kind='single').end(True)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *map(str, stores)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, tracking.EXPERIMENT_ENV: "damaged"},
+        cwd=paths.REPO_ROOT,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(stores), out.stdout
+    for line, store in zip(lines, stores):
+        assert line.startswith("TRACKING off: ") and line.endswith("training goes on"), line
+        assert str(store) in line and "is damaged" in line and "move it aside" in line, line
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert stores[0].stat().st_size == 0, "the emptied store was taken for a new one"
+
+
+def test_runs_that_make_a_fresh_store_at_once_are_all_tracked(tmp_path):
+    """Without tracking.environment() first (a script started by hand, several at once), the first runs make the
+    store and its experiment together: each must still be tracked, none turned off by another's half-made store."""
+    store, count = tmp_path / "mlflow.db", 3
+    code = (
+        "import pathlib, sys, time\n"
+        "import mlflow, mlflow.store.tracking.sqlalchemy_store\n"
+        "from utils import tracking\n"
+        "folder = pathlib.Path(sys.argv[1]); (folder / f'ready-{sys.argv[2]}').touch()\n"
+        "while not (folder / 'go').exists(): time.sleep(0.002)\n"
+        "tracking.Run({}, world_size=1, logs=True, kind='single').end(True)\n"
+    )
+    env = {**os.environ, tracking.URI_ENV: tracking.local_uri(store), tracking.EXPERIMENT_ENV: "at once"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=paths.REPO_ROOT,
+        )
+        for i in range(count)
+    ]
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("ready-*"))) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "go").touch()  # all of them at once, their imports done
+        outs = [proc.communicate(timeout=120) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    for stdout, stderr in outs:
+        assert "TRACKING run " in stdout, stdout + stderr[-1500:]
+    table = tracking.runs(store)
+    assert list(table.status) == ["FINISHED"] * count and set(table.experiment) == {"at once"}
+    from mlflow.tracking import MlflowClient  # as tracking.environment() makes it: files beside the store
+
+    experiment = MlflowClient(tracking.local_uri(store)).get_experiment_by_name("at once")
+    assert experiment.artifact_location == (store.parent / "artifacts").as_uri()

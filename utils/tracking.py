@@ -13,12 +13,19 @@ its world size, and each epoch's loss, validation loss and throughput.
 Tracking never costs a learner a run: a store that cannot be written is said so once, and training goes on
 untracked. A run that ends in an exception is marked FAILED; one killed outright (SIGKILL, a lost machine) is
 marked FAILED by the next reader of the store, which finds its process gone.
+
+A store is made (its tables, its experiments) by one process at a time, whoever asks first: a lock file beside it
+(`mlflow.db.lock`) is held meanwhile. A store whose file is damaged (emptied, or corrupted so that SQLite cannot
+read it) is never taken for a new one: writing, reading and the UI each say which file, what is wrong and what to
+do, in one line (DamagedStore).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
 import socket
 import sys
 from pathlib import Path
@@ -44,6 +51,114 @@ STORE = paths.RUNS / "tracking" / "mlflow.db"
 #: A SageMaker managed MLflow resource, as CreateTrainingJob's MlflowConfig.MlflowResourceArn is checked (botocore).
 ARN_PATTERN = r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-[a-zA-Z-]*/.*"
 METRICS = ("loss", "val_loss", "samples_per_s")
+#: What SQLite says of a file it cannot read as a database (its own words, in its errors and its checks).
+DAMAGE_SIGNS = ("database disk image is malformed", "file is not a database", "malformed database schema")
+
+
+class DamagedStore(RuntimeError):
+    """A tracking store whose file SQLite cannot read (or that was emptied): which file, what is wrong, what to do."""
+
+    def __init__(self, store: str | Path, what: str):
+        self.store, self.what = Path(store).absolute(), what
+        aside = [p for p in (self.store, *(Path(f"{self.store}-{s}") for s in ("journal", "wal", "shm"))) if p.exists()]
+        move = "; ".join(f"mv {shlex.quote(str(p))} {shlex.quote(str(p) + '.damaged')}" for p in aside or [self.store])
+        super().__init__(
+            f"the tracking store {self.store} is damaged ({what}): move it aside ({move}) and the next tracked run "
+            "starts a new store there; the runs in it are lost"
+        )
+
+
+def _check_store(store: str | Path) -> None:
+    """Raise DamagedStore where the file at `store` is empty or SQLite cannot read it whole (SQLite's quick_check);
+    no file is no fault (a new store). Other troubles (a store busy, a folder that cannot be read) are left to
+    MLflow, which says them itself. The file is opened read-only: a damaged store is left as it is."""
+    import sqlite3
+
+    store = Path(store)
+    try:
+        if store.stat().st_size == 0:  # what SQLite (and so MLflow) would silently take for a new, empty store
+            raise DamagedStore(store, "its file is empty: 0 bytes")
+    except OSError:  # no file yet: a new store; no folder, or one that cannot be read: MLflow says so
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"{store.absolute().as_uri()}?mode=ro", uri=True)) as db:
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as err:
+        if any(sign in str(err) for sign in DAMAGE_SIGNS):
+            raise DamagedStore(store, f"SQLite: {err}") from None
+        return
+    if found != ["ok"]:
+        raise DamagedStore(store, f"SQLite's check: {' '.join(str(found[0]).split())}")
+
+
+def _damage(err: BaseException, store: str | Path | None) -> DamagedStore | None:
+    """The DamagedStore that an error of MLflow (SQLAlchemy's, SQLite's beneath it) means, if it means one."""
+    if isinstance(err, DamagedStore):
+        return err
+    seen = err
+    while seen is not None and store is not None:
+        for sign in DAMAGE_SIGNS:
+            if sign in str(seen):
+                return DamagedStore(store, f"SQLite: {sign}")
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+@contextlib.contextmanager
+def _said_if_damaged(store: str | Path):
+    """MLflow's errors on a damaged store, raised as the one line of a DamagedStore."""
+    try:
+        yield
+    except Exception as err:
+        damage = _damage(err, store)
+        if damage is None:
+            raise
+        raise damage from None
+
+
+@contextlib.contextmanager
+def _store_lock(store: str | Path):
+    """Held while `store` is checked, created or migrated, and its experiment made: one process at a time (an
+    exclusive flock on `<store>.lock`, beside it). MLflow's client takes no lock of its own when it creates a
+    SQLite store's tables, and two processes creating them at once collide (`duplicate column name`, and one run
+    untracked). Where the lock file cannot be made or locked (a read-only folder, no folder yet, a file system
+    without locks, no fcntl) the store is opened without it, as MLflow would."""
+    try:
+        import fcntl
+
+        lock = open(Path(store).with_name(Path(store).name + ".lock"), "a")  # held for the block, closed below
+    except (ImportError, OSError):
+        yield
+        return
+    with lock:  # closing it releases the lock
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError:  # a file system without locks (ENOLCK)
+            pass
+        yield
+
+
+def _sqlite_store(uri: str) -> Path | None:
+    """The file of a `sqlite:` tracking URI (as SQLAlchemy, and so MLflow, reads it); None for any other URI."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database
+    return Path(database) if database and database != ":memory:" else None
+
+
+def _prepare(store: Path, uri: str, experiment: str) -> None:
+    """Check `store`, create its tables and `experiment` (its files beside the store) where they are missing: all
+    under the store's lock, so that processes making a fresh store at once do it one after the other."""
+    from mlflow.tracking import MlflowClient
+
+    with _store_lock(store), _said_if_damaged(store), _quiet_logs():
+        _check_store(store)
+        client = MlflowClient(tracking_uri=uri)  # its first call creates and migrates the tables
+        if client.get_experiment_by_name(experiment) is None:
+            artifacts = Path(store).resolve().parent / "artifacts"
+            client.create_experiment(experiment, artifact_location=artifacts.as_uri())
 
 
 def local_uri(store: str | Path = STORE) -> str:
@@ -62,23 +177,13 @@ def _check_experiment(experiment: str) -> None:
 
 def environment(experiment: str, store: str | Path = STORE) -> dict[str, str]:
     """The environment that makes a training script log into `store`, under `experiment`. The store's tables and
-    the experiment are created here, once, before any worker starts: several processes creating a fresh SQLite
-    store at once can leave it unusable, and an experiment made by a worker would keep its files under that
-    worker's folder (MLflow's default, ./mlruns); here they go to the store's folder."""
+    the experiment are created here, once, before any worker starts (a run started without it makes them itself,
+    under the same lock); the experiment's files go to the store's folder, not to a worker's (MLflow's default,
+    ./mlruns). A damaged store raises DamagedStore."""
     _check_experiment(experiment)
     os.environ.update(QUIET)
-    from mlflow.tracking import MlflowClient
-
     uri = local_uri(store)
-    with _quiet_logs():  # MLflow and Alembic announce the new tables on stderr, in the learner's notebook
-        client = MlflowClient(tracking_uri=uri)
-        if client.get_experiment_by_name(experiment) is None:
-            artifacts = Path(store).resolve().parent / "artifacts"
-            try:
-                client.create_experiment(experiment, artifact_location=artifacts.as_uri())
-            except Exception:  # another process created it meanwhile
-                if client.get_experiment_by_name(experiment) is None:
-                    raise
+    _prepare(Path(store), uri, experiment)  # quiet: MLflow and Alembic announce new tables on stderr
     return {URI_ENV: uri, EXPERIMENT_ENV: experiment, **QUIET}
 
 
@@ -123,7 +228,7 @@ class Run:
     """The tracked run of one training process; inert where tracking is off or this process does not log."""
 
     def __init__(self, params: dict, *, world_size: int, logs: bool, kind: str):
-        self.active, self.mlflow, self.run_id = False, None, None
+        self.active, self.mlflow, self.run_id, self.store = False, None, None, None
         uri = os.environ.get(URI_ENV, "")
         if not uri or not logs:
             return
@@ -133,8 +238,12 @@ class Run:
             if uri.startswith("arn:"):
                 check_arn(uri)  # the sagemaker-mlflow plugin resolves it; a typo should say so, not time out
             os.environ.pop("MLFLOW_RUN_ID", None)  # MLflow would resume that run instead of starting this one
+            experiment = os.environ.get(EXPERIMENT_ENV) or "course"
+            self.store = _sqlite_store(uri)
+            if self.store is not None:  # as tracking.environment() does: checked, made once, under the lock
+                _prepare(self.store, uri, experiment)
             mlflow.set_tracking_uri(uri)
-            mlflow.set_experiment(os.environ.get(EXPERIMENT_ENV) or "course")
+            mlflow.set_experiment(experiment)
             name = os.environ.get(RUN_NAME_ENV) or os.environ.get("TRAINING_JOB_NAME") or f"{kind} x{world_size}"
             run = mlflow.start_run(run_name=name)
             mlflow.log_params({k: v for k, v in params.items() if v not in (None, "")})
@@ -150,7 +259,7 @@ class Run:
             )
             mlflow.log_param("world_size", world_size)
         except Exception as err:  # whatever the store's fault, the training goes on
-            print(f"TRACKING off: cannot write to {uri}: {type(err).__name__}: {err}; training goes on", flush=True)
+            print(f"TRACKING off: {self._why(err, f'cannot write to {uri}: ')}; training goes on", flush=True)
             return
         self.active, self.mlflow, self.run_id = True, mlflow, run.info.run_id
         print(f"TRACKING run {self.run_id} in {uri}", flush=True)
@@ -163,7 +272,7 @@ class Run:
             values = {k: float(logs[k]) for k in METRICS if k in logs}
             self.mlflow.log_metrics(values, step=epoch)
         except Exception as err:
-            print(f"TRACKING off after epoch {epoch}: {type(err).__name__}: {err}; training goes on", flush=True)
+            print(f"TRACKING off after epoch {epoch}: {self._why(err)}; training goes on", flush=True)
             self.active = False
 
     def end(self, ok: bool) -> None:
@@ -174,7 +283,12 @@ class Run:
         try:
             self.mlflow.end_run("FINISHED" if ok else "FAILED")
         except Exception as err:
-            print(f"TRACKING: the run's end was not recorded: {type(err).__name__}: {err}", flush=True)
+            print(f"TRACKING: the run's end was not recorded: {self._why(err)}", flush=True)
+
+    def _why(self, err: Exception, where: str = "") -> str:
+        """An error of the store in words: a damaged store's one line, else the error as MLflow raised it."""
+        damage = _damage(err, self.store)
+        return str(damage) if damage is not None else f"{where}{type(err).__name__}: {err}"
 
 
 def keras_callback(run: Run):
@@ -248,16 +362,33 @@ def reconcile(client) -> list[str]:
 
 def runs(store: str | Path = STORE, experiments: list[str] | None = None):
     """Every run in `store` (of `experiments`, or all) as a table: one row per run, its parameters, tags, status and
-    its last epoch's metrics, newest first; runs whose process died are marked FAILED first."""
-    import pandas as pd
-    from mlflow.tracking import MlflowClient
-
+    its last epoch's metrics, newest first; runs whose process died are marked FAILED first. A damaged store
+    raises DamagedStore."""
     if not Path(store).exists():
         raise FileNotFoundError(f"no tracking store at {store} yet: run a lesson's tracked runs first")
     os.environ.update(QUIET)
-    with _quiet_logs():
+    with _said_if_damaged(store):
+        client = _reader(store)
+        with _quiet_logs():
+            reconcile(client)
+        return _table(client, experiments)
+
+
+def _reader(store: str | Path):
+    """A client of the existing store `store`, checked first (DamagedStore), and opened under its lock: a store
+    another process is making (its file still empty, its tables half made) is read once it is made."""
+    from mlflow.tracking import MlflowClient
+
+    with _store_lock(store), _quiet_logs():
+        _check_store(store)
         client = MlflowClient(tracking_uri=local_uri(store))
-        reconcile(client)
+        client.search_experiments(max_results=1)  # MLflow opens the store (its tables exist: nothing is made)
+    return client
+
+
+def _table(client, experiments: list[str] | None):
+    import pandas as pd
+
     found = client.search_experiments()
     wanted = [e for e in found if experiments is None or e.name in experiments]
     rows = []
@@ -281,12 +412,11 @@ def runs(store: str | Path = STORE, experiments: list[str] | None = None):
 
 def history(run_id: str, metric: str, store: str | Path = STORE) -> list[tuple[int, float]]:
     """(epoch, value) of `metric` over a run's epochs, from the store."""
-    from mlflow.tracking import MlflowClient
-
     if not Path(store).exists():
         raise FileNotFoundError(f"no tracking store at {store}")
-    client = MlflowClient(tracking_uri=local_uri(store))
-    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
+    with _said_if_damaged(store):
+        client = _reader(store)
+        return sorted((m.step, m.value) for m in client.get_metric_history(run_id, metric))
 
 
 class UI:
@@ -296,10 +426,14 @@ class UI:
     rebinding): behind another host name, such as a SageMaker notebook instance's Jupyter proxy
     (https://<instance>.notebook.<region>.sagemaker.aws/proxy/<port>/), pass that name as `allowed_host`, and it
     is given to `--allowed-hosts` and, as an https origin, to `--cors-allowed-origins`. The server's own messages
-    go to `log` (runs/tracking/ui.log)."""
+    go to `log` (runs/tracking/ui.log). A damaged store raises DamagedStore before any server starts.
+
+    The server's temporary folder is its own (`tmp`, removed by `stop`): MLflow's server leaves an empty
+    `db_init_lock-<hash>` in the temporary folder for each store whose jobs its page asks for (the job store's
+    lock, mlflow/store/db/utils.py), which the system's temporary folder would keep."""
 
     def __init__(self, store: str | Path = STORE, port: int | None = None, timeout: float = 90, allowed_host: str = ""):
-        self.store, self.port, self.timeout, self.proc = Path(store), port, timeout, None
+        self.store, self.port, self.timeout, self.proc, self.tmp = Path(store), port, timeout, None, None
         self.allowed_host, self.log = allowed_host, Path(store).parent / "ui.log"
 
     @property
@@ -308,6 +442,7 @@ class UI:
 
     def start(self) -> UI:
         import subprocess
+        import tempfile
         import time
         import urllib.request
 
@@ -315,19 +450,22 @@ class UI:
 
         if not self.store.exists():
             raise FileNotFoundError(f"no tracking store at {self.store} yet: run a lesson's tracked runs first")
+        with _store_lock(self.store):  # not while a run is making it
+            _check_store(self.store)
         self.port = self.port or launch.free_ports(1)[0]
         command = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", local_uri(self.store)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
         if self.allowed_host:
             command += ["--allowed-hosts", f"{self.allowed_host},localhost:{self.port},127.0.0.1:{self.port}"]
             command += ["--cors-allowed-origins", f"https://{self.allowed_host}"]
+        self.tmp = Path(tempfile.mkdtemp(prefix="mlflow-ui-"))
+        env = {**os.environ, **QUIET, "TMPDIR": str(self.tmp)}
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **QUIET}, start_new_session=True
-            )
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"MLflow's server ended at start: {self.log.read_text()[-1500:]}")
             try:
                 with urllib.request.urlopen(self.url + "health", timeout=2) as answer:
@@ -355,6 +493,8 @@ class UI:
         return [r["info"].get("run_name", "") for r in found]
 
     def stop(self) -> None:
+        import shutil
+
         import psutil
 
         from utils import processes
@@ -364,6 +504,9 @@ class UI:
             processes.stop([server, *server.children(recursive=True)], grace=15)  # the server and its worker
             self.proc.wait(timeout=15)
         self.proc = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
 
     def __enter__(self) -> UI:
         return self.start()
