@@ -662,3 +662,28 @@ def test_rank_lines_reassemble_a_long_line_that_mpirun_forwarded_in_pieces():
     ]
     result = launch.RunResult(workers=[launch.WorkerResult(0, 0, Path("-"), text)], seconds=1.0, log_dir=Path("-"))
     assert result.records() == [{"rank": 0, "x": [1, 2]}, {"rank": 1, "x": [3, 4]}]
+
+
+@pytest.mark.parametrize(
+    "report, expected",
+    [
+        (
+            "mpirun noticed that process rank 1 with PID 31328 on node algo-2 exited on signal 9 (Killed).",
+            (1, "rank 1 on algo-2 was killed by signal SIGKILL"),
+        ),
+        (
+            "The first process to do so was:\n\n  Process name: [[60821,1],3]\n  Exit code:    3\n",
+            (3, "rank 3 exited with code 3"),
+        ),
+        ("  Process name: [[60821,1],0]\n  Exit code:    137\n", (0, "rank 0 was killed by signal SIGKILL")),
+        (
+            "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\nwith errorcode 5.",
+            (2, "rank 2 called MPI_Abort (error code 5)"),
+        ),
+        ("[algo-1:19827] Warning: could not find environment variable", None),
+    ],
+)
+def test_mpirun_reports_name_the_rank_that_failed(report, expected):
+    """Open MPI 4's own words for a rank killed by a signal (with its node), one that exited with an error, and
+    one that called MPI_Abort; mpirun failing by itself names no rank."""
+    assert launch.mpirun_failure(report) == expected

@@ -39,11 +39,11 @@ time.sleep(600)
 """
 
 
-def sdk_line(extra_options: list[str], entry: str = "mpi_ranks.py") -> list[str]:
-    """The line SDK v3's mpi_driver builds on algo-1 for 2 instances x 2 processes, run with this Python (the
-    container's /opt/venv/bin/python3 is not on this machine): the only change to it."""
+def sdk_line(extra_options: list[str], entry: str = "mpi_ranks.py", per_node: int = 2) -> list[str]:
+    """The line SDK v3's mpi_driver builds on algo-1 for 2 instances x `per_node` processes, run with this Python
+    (the container's /opt/venv/bin/python3 is not on this machine): the only change to it."""
     line = rehearsal.driver_command(
-        {"process_count_per_node": 2, "mpi_additional_options": extra_options},
+        {"process_count_per_node": per_node, "mpi_additional_options": extra_options},
         {"entry_script": entry},
         HOSTS,
         {"steps": 3},
@@ -126,3 +126,75 @@ def test_mpirun_needs_sshd_first_and_a_real_mpirun_line():
         lab.start_sshd()
         with pytest.raises(ValueError, match="not an mpirun line"):
             lab.mpirun(["python", "x.py"])
+
+
+#: A rank without TensorFlow: MPI initialised (`python -m mpi4py`), its PID and host written, then it waits.
+WAIT = """
+import os, socket, time
+mine = os.path.join(os.environ["HANG"], "rank-" + os.environ["OMPI_COMM_WORLD_RANK"])
+with open(mine + ".part", "w") as f:
+    f.write(f"{os.getpid()} {socket.gethostname()}")
+os.rename(mine + ".part", mine)
+time.sleep(600)
+"""
+
+
+def _signal_algo2_rank(tmp_path: Path, sig: int) -> dict:
+    """Run the SDK's line for 2 instances x 1 process (rank 0 on algo-1, rank 1 on algo-2, started through
+    algo-2's sshd) and send `sig` to rank 1 once both ranks run; return the WorkerError, when the signal went, and
+    whether anything of the run was left after the lab stopped."""
+    (tmp_path / "wait.py").write_text(textwrap.dedent(WAIT))
+    started = tmp_path / "started"
+    started.mkdir()
+    sent: dict = {}
+
+    def signal_rank_1() -> None:
+        deadline = time.monotonic() + 60
+        while len(list(started.glob("rank-?"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pid, host = (started / "rank-1").read_text().split()
+        sent["host"], sent["at"] = host, time.monotonic()
+        os.kill(int(pid), sig)
+
+    with netlab.Lab(2, None, names=HOSTS) as lab:
+        lab.start_sshd(envs=[{"HANG": str(started)}] * 2)
+        folder = lab._dir
+        signaller = threading.Thread(target=signal_rank_1)
+        signaller.start()
+        with pytest.raises(launch.WorkerError) as err:
+            lab.mpirun(
+                sdk_line(["-np", "2"], "wait.py", per_node=1),
+                env={"HANG": str(started)},
+                cwd=tmp_path,
+                timeout=40,
+                stream=False,
+                log_dir=tmp_path / "logs",
+            )
+        sent["after"] = time.monotonic() - sent.get("at", time.monotonic())
+        signaller.join()
+    deadline = time.monotonic() + 10
+    while (left := leftovers(folder, str(started))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return {"error": err.value, "left": left, **sent}
+
+
+@needs_mpi_lab
+def test_a_stopped_rank_on_another_host_fails_the_run_naming_its_host(tmp_path):
+    """SIGSTOP of the rank that algo-2's sshd started (not a descendant of mpirun): the launcher sees it stopped
+    on its own host and fails the run after STOPPED_AFTER s, naming rank 1 on algo-2, not the timeout."""
+    done = _signal_algo2_rank(tmp_path, signal.SIGSTOP)
+    err = done["error"]
+    assert done["host"] == "algo-2"
+    assert err.rank == 1 and "rank 1 on algo-2 was stopped" in err.reason, err.reason
+    assert done["after"] < launch.STOPPED_AFTER + 8, f"failed {done['after']:.1f} s after the stop: {err.reason}"
+    assert not done["left"], f"still running after the lab stopped: {done['left']}"
+
+
+@needs_mpi_lab
+def test_a_killed_rank_on_another_host_is_named_not_mpirun(tmp_path):
+    """SIGKILL of algo-2's rank: mpirun exits 137; the failure names rank 1 on algo-2, from Open MPI's report."""
+    done = _signal_algo2_rank(tmp_path, signal.SIGKILL)
+    err = done["error"]
+    headline = str(err).splitlines()[0]
+    assert err.rank == 1 and "rank 1 on algo-2 was killed by signal SIGKILL" in headline, headline
+    assert done["after"] < 15 and not done["left"], (done["after"], done["left"])

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import needs_horovod
 
-from utils import launch, netlab
+from utils import launch, netlab, processes
 
 REPO = Path(__file__).resolve().parent.parent
 SUPPORT = netlab.support()
@@ -384,3 +384,110 @@ def test_the_lab_has_no_way_out_and_the_machine_no_way_in():
     assert "default" not in routes and routes.strip().startswith(str(netlab.SUBNET)), routes
     subnet = ipaddress.ip_network(netlab.SUBNET)
     assert not [ip for ip in machine_ips if ipaddress.ip_address(ip) in subnet]
+
+
+@needs_lab
+@pytest.mark.parametrize("when", ["before the holder answers", "once the hosts are up"])
+def test_a_lab_interrupted_while_it_starts_leaves_nothing(monkeypatch, when):
+    """The Stop button (a KeyboardInterrupt) while `with Lab(...)` waits for the lab to come up: the holder, the
+    hosts, their namespaces and the lab's folder go at once, not when the kernel ends."""
+    lab, seen, real = netlab.Lab(3, "100mbit"), {}, netlab._read_line
+
+    def interrupted(stream, timeout):
+        seen["holder"], seen["folder"] = lab._holder.pid, lab._dir
+        if when == "once the hosts are up":
+            seen["hosts"] = json.loads(real(stream, timeout)[len("READY ") :])["pids"]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(netlab, "_read_line", interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with lab:
+                pytest.fail("the body of `with` ran")
+        assert lab._holder is None and lab not in netlab._LIVE and not lab.hosts
+        assert not seen["folder"].exists(), "the lab's folder is left behind"
+        pids = [seen["holder"], *seen.get("hosts", [])]
+        gone = until(lambda: [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
+        assert not gone, f"processes of the lab still running: {gone}"
+        assert not until(
+            lambda: [
+                p for p in psutil.process_iter(["cmdline"]) if str(seen["folder"]) in " ".join(p.info["cmdline"] or [])
+            ]
+        )
+    finally:
+        lab.stop()
+
+
+@pytest.mark.parametrize("timeout", ["0", "-5", "nan", "inf", "soon"])
+def test_cli_refuses_a_timeout_that_is_not_a_positive_number_before_building_the_lab(timeout):
+    done = subprocess.run(
+        [sys.executable, "-m", "utils.netlab", f"--timeout={timeout}", "--", "true"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--timeout" in done.stderr and "positive" in done.stderr, done.stderr
+    assert "[lab]" not in done.stdout, "the lab was built first"
+
+
+@needs_lab
+def test_cli_names_the_host_that_failed():
+    done = subprocess.run(
+        [sys.executable, "-m", "utils.netlab", "--", "sh", "-c", '[ "$LAB_HOST_INDEX" = 1 ] && exit 5; sleep 30'],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    _remove_logs(last)
+    assert done.returncode == 5 and last.startswith("[lab] host-2 exited with code 5"), done.stderr
+    assert "worker" not in last, last
+
+
+def _remove_logs(line: str) -> None:
+    """Remove the run's log folder that the lab's command names ("...; logs in FOLDER"): a test keeps none."""
+    if "; logs in " in line:
+        folder = Path(line.rsplit("; logs in ", 1)[1].strip())
+        if folder.name.startswith("run-"):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def sleeping(parent: psutil.Process) -> list[psutil.Process]:
+    found = []
+    for p in parent.children(recursive=True):
+        try:
+            if p.name() == "sleep":
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@needs_lab
+def test_cli_interrupted_ends_with_one_line_and_status_130():
+    """Ctrl-C of the lab's command: one line, no traceback, exit 130, and the lab and its programs gone."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "utils.netlab", "--", "sh", "-c", "echo started; sleep 60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert cli.stdout.readline().startswith("[lab] "), "the lab is up"
+        me = psutil.Process(cli.pid)
+        assert not until(lambda: len(sleeping(me)) < 2, 30), "both hosts run their program"
+        everything = me.children(recursive=True)
+        cli.send_signal(signal.SIGINT)
+        out, err = cli.communicate(timeout=30)
+    finally:
+        cli.kill()
+        cli.wait()
+    _remove_logs(err.strip().splitlines()[-1] if err.strip() else "")
+    assert cli.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "interrupted" in err
+    assert not until(lambda: [p for p in everything if processes.alive(p)]), "processes of the lab still running"

@@ -4,7 +4,7 @@ Every worker runs in a session of its own, with its output in a log file, and a 
 waits for it and notes when it ended. When a worker exits with an error, is killed by a signal, or the
 run outlives its timeout, every process of the run is stopped and waited for: the workers, their
 descendants, and any process that carries the run's marker in its environment (which catches the ranks
-`horovodrun` starts in sessions of their own). Processes are signalled through `psutil` handles taken
+`horovodrun` starts in sessions of their own, and those that mpirun starts through the network lab's sshd). Processes are signalled through `psutil` handles taken
 when they started, so a PID that was reused by another program is never signalled. Then the end of every
 log is shown, and `WorkerError` names the worker that failed first and how.
 """
@@ -353,22 +353,32 @@ def _state(proc: psutil.Process) -> str | None:
 
 class _Watch:
     """What each rank of a run is doing, looked at every WATCH_EVERY s: since when it has been stopped
-    (process state T), whether it ever was, and when it was first seen without a live process.
+    (process state T), whether it ever was, when it was first seen without a live process, and where it runs.
 
-    A rank is a worker (its process and their descendants), or, with `rank_env`, every descendant of the
-    launcher whose environment names that rank (the ranks that horovodrun starts).
+    A rank is a worker (its process and their descendants), or, with `rank_env`, every process of the run
+    whose environment names that rank: the launcher's descendants (the ranks that horovodrun starts) and the
+    processes that carry the run's marker wherever they run (the ranks Open MPI starts on other hosts through
+    their sshd, which are no descendants of mpirun). `host_of` names the host a process runs on (None: this one).
     """
 
-    def __init__(self, workers: Sequence[_Worker], rank_env: str | None):
-        self.workers, self.rank_env = workers, rank_env
+    def __init__(
+        self,
+        workers: Sequence[_Worker],
+        rank_env: str | None,
+        run_id: str | None = None,
+        host_of: Callable[[psutil.Process], str | None] | None = None,
+    ):
+        self.workers, self.rank_env, self.run_id, self.host_of = workers, rank_env, run_id, host_of
         self.stopped_since: dict[int, float] = {}  # continuously stopped since
         self.was_stopped: dict[int, float] = {}  # first seen stopped
         self.gone: dict[int, float] = {}  # first seen with no live process
         self.seen: set[int] = set()
+        self.where: dict[int, str] = {}  # the host a rank runs on, where `host_of` names it
         self.last = -WATCH_EVERY
 
     def _ranks(self) -> dict[int, list[psutil.Process]]:
         found: dict[int, list[psutil.Process]] = {}
+        candidates: dict[psutil.Process, None] = {}
         for w in self.workers:
             try:
                 tree = [w.handle, *w.handle.children(recursive=True)]
@@ -377,12 +387,31 @@ class _Watch:
             if not self.rank_env:
                 found[w.rank] = tree
                 continue
-            for proc in tree:  # a launcher's ranks are its descendants
-                try:
-                    found.setdefault(int(proc.environ()[self.rank_env]), []).append(proc)
-                except (psutil.Error, OSError, KeyError, ValueError):
-                    continue
+            candidates.update(dict.fromkeys(tree))  # a launcher's ranks are its descendants
+        if self.rank_env and self.run_id:
+            candidates.update(dict.fromkeys(processes.marked(RUN_MARKER, self.run_id)))
+        for proc in candidates:
+            try:
+                found.setdefault(int(proc.environ()[self.rank_env]), []).append(proc)
+            except (psutil.Error, OSError, KeyError, ValueError):
+                continue
         return found
+
+    def label(self, rank: int, noun: str) -> str:
+        """'rank 1', or 'rank 1 on algo-2' where the rank's host is known."""
+        return f"{noun} {rank}" + (f" on {self.where[rank]}" if rank in self.where else "")
+
+    def _note_host(self, rank: int, procs: Sequence[psutil.Process]) -> None:
+        if self.host_of is None or rank in self.where:
+            return
+        for proc in procs:
+            try:
+                host = self.host_of(proc)
+            except (psutil.Error, OSError):
+                continue
+            if host:
+                self.where[rank] = host
+                return
 
     def look(self, force: bool = False) -> None:
         """Note each rank's state, unless the last look was less than WATCH_EVERY s ago (or `force`)."""
@@ -395,6 +424,7 @@ class _Watch:
             if not states:
                 continue
             live.add(rank)
+            self._note_host(rank, procs)
             if psutil.STATUS_STOPPED in states:
                 self.stopped_since.setdefault(rank, now)
                 self.was_stopped.setdefault(rank, now)
@@ -423,22 +453,39 @@ def _blame(
     """
     line = _peer_timeout(text)
     said = f", saying: '{line}'" if line else ""
+    name = lambda r: watch.label(r, noun)
     stopped = sorted((t, r) for r, t in watch.was_stopped.items() if r != first)
     if stopped:
         culprit = stopped[0][1]
         return culprit, (
-            f"{noun} {culprit} was stopped (process state T: a SIGSTOP, or Ctrl-Z), so it answered none of its "
-            f"peers; then {how} (a consequence: it gave up waiting for {noun} {culprit}{said})"
+            f"{name(culprit)} was stopped (process state T: a SIGSTOP, or Ctrl-Z), so it answered none of its "
+            f"peers; then {how} (a consequence: it gave up waiting for {name(culprit)}{said})"
         )
     others = [r for r in still_running if r != first]
     if line and len(others) == 1:
         return others[0], (
-            f"{noun} {others[0]} stopped responding (it was still running when {noun} {first} gave up waiting "
+            f"{name(others[0])} stopped responding (it was still running when {name(first)} gave up waiting "
             f"for it); {how}{said}"
         )
     if line and others:
-        return None, f"{how}{said}; {noun}s {others} were still running: one of them stopped responding"
+        return (
+            None,
+            f"{how}{said}; {noun}s {_listed(others, watch, noun)} were still running: one of them stopped responding",
+        )
     return first, how + said
+
+
+def _listed(ranks: Sequence[int], watch: _Watch, noun: str) -> str:
+    """[0, 1], or [0 on algo-1, 1 on algo-2] where the ranks' hosts are known."""
+    return "[" + ", ".join(watch.label(r, noun)[len(noun) + 1 :] for r in ranks) + "]"
+
+
+def _on_host(how: str, rank: int, watch: _Watch, noun: str) -> str:
+    """`how` ('rank 1 exited with code 3') with the rank's host put after it, where it is known and not said."""
+    plain = f"{noun} {rank} "
+    if rank in watch.where and how.startswith(plain) and not how.startswith(f"{plain}on "):
+        return f"{watch.label(rank, noun)} {how[len(plain) :]}"
+    return how
 
 
 def run_workers(
@@ -455,6 +502,7 @@ def run_workers(
     names: Sequence[str] | None = None,
     rank_env: str | None = None,
     stopped_after: float | None = STOPPED_AFTER,
+    rank_host: Callable[[psutil.Process], str | None] | None = None,
 ) -> RunResult:
     """Start one process per command, wait for all of them, and clean up whatever happens.
 
@@ -462,7 +510,9 @@ def run_workers(
     that run until they are stopped (a server that exits, or fails, before then fails the run).
     `names` names the processes in messages ("worker i" by default; e.g. "horovodrun", a launcher
     that fails by itself blames no rank). With `rank_env`, ranks are the run's processes that carry
-    that variable (HOROVOD_RANK), and their lines in the one log are marked "[rank]<stdout>:".
+    that variable (HOROVOD_RANK, OMPI_COMM_WORLD_RANK), wherever they run (the run's marker finds those that
+    are no descendants of a launcher), and their lines in the one log are marked "[rank]<stdout>:" (or
+    "[job,rank]<stdout>:"); `rank_host` names the host a rank's process runs on, for messages ("rank 1 on algo-2").
     A rank stopped (state T) for `stopped_after` s fails the run (None: never).
     """
     if not commands:
@@ -481,14 +531,14 @@ def run_workers(
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
     noun = "rank" if rank_env else "worker"
-    watch = _Watch(workers, rank_env)
+    watch = _Watch(workers, rank_env, run_id, rank_host)
+    label = lambda r: watch.label(r, noun)
 
     def text_of(rank: int) -> str:
         """What rank `rank` printed: its worker's log, or its lines in the launcher's log (rank_env)."""
         if not rank_env:
             return workers[rank].log.read_text(errors="replace")
-        lines = workers[0].log.read_text(errors="replace").splitlines()
-        return "\n".join(ln for ln in lines if ln.startswith(f"[{rank}]<"))
+        return "\n".join(_lines_of_rank(workers[0].log.read_text(errors="replace"), rank))
 
     def pump() -> None:
         """Print the lines the workers wrote since the last call."""
@@ -521,7 +571,8 @@ def run_workers(
                 if explained:  # a rank of the launcher's, named in its output
                     gone_at = watch.gone.get(explained[0], float("inf"))
                     running = [r for r in watch.seen if watch.gone.get(r, float("inf")) > gone_at]
-                    failure = _blame(watch, explained[0], explained[1], text_of(explained[0]), running, noun)
+                    how = _on_host(explained[1], explained[0], watch, noun)
+                    failure = _blame(watch, explained[0], how, text_of(explained[0]), running, noun)
                 elif names:  # the launcher itself failed: no rank is to blame
                     how = _describe_failures([(r, e[1]) for e, r in failed], names)
                     failure = (None, f"{how}; every process it had started was stopped with it")
@@ -534,7 +585,7 @@ def run_workers(
             if culprit is not None:
                 failure = (
                     culprit,
-                    f"{noun} {culprit} was stopped (process state T: a SIGSTOP, or Ctrl-Z) for {stopped_after:g} s: "
+                    f"{label(culprit)} was stopped (process state T: a SIGSTOP, or Ctrl-Z) for {stopped_after:g} s: "
                     f"a stopped {noun} answers none of its peers, so the run could not go on "
                     f"(send it SIGCONT to let it continue, or find what stops it)",
                 )
@@ -551,10 +602,22 @@ def run_workers(
             if time.monotonic() - start > timeout:
                 running = [w.rank for w in workers if w.exit is None]
                 stopped = sorted(watch.stopped_since, key=watch.stopped_since.get)
+                live = sorted(r for r in watch.seen if r not in watch.gone)
                 if stopped:  # a stopped rank is why the others hang
                     failure = (
                         stopped[0],
-                        f"hung: {noun} {stopped[0]} was stopped (process state T) at the timeout of {timeout:g} s",
+                        f"hung: {label(stopped[0])} was stopped (process state T) at the timeout of {timeout:g} s",
+                    )
+                elif rank_env and explain_hang is None and live:  # the launcher's ranks, wherever they run
+                    failure = (
+                        live[0] if len(live) == 1 else None,
+                        f"hung: {noun}s {_listed(live, watch, noun)} did not finish within the timeout of "
+                        f"{timeout:g} s"
+                        + (
+                            " (when one rank stops, the others wait for it in their next collective)"
+                            if len(live) > 1
+                            else ""
+                        ),
                     )
                 else:
                     failure = (explain_hang() if explain_hang else None) or (
@@ -583,8 +646,8 @@ def run_workers(
         rank, how = failure
         tails = "\n".join(f"--- end of worker {w.rank}'s log ({w.log_path}) ---\n{_tail(w.log_path)}" for w in results)
         if len(results) == 1 and rank is not None:
-            # One launcher process (horovodrun or horovod.run) for all ranks: show the failed rank's own lines.
-            mine = [line for line in results[0].output.splitlines() if line.startswith(f"[{rank}]<")]
+            # One launcher process (horovodrun, horovod.run, mpirun) for all ranks: show the failed rank's own lines.
+            mine = _lines_of_rank(results[0].output, rank)
             if mine:
                 tails += f"\n--- last lines of rank {rank} ---\n" + "\n".join(mine[-LOG_TAIL_LINES:])
         raise WorkerError(
@@ -786,6 +849,33 @@ def _horovodrun_failure(output: str) -> tuple[int, str] | None:
     # horovodrun reports a rank killed by signal S as 128 + S (or as -S).
     how = _describe_exit(-(code - 128)) if code > 128 else _describe_exit(code)
     return rank, f"rank {rank} {how}"
+
+
+def _lines_of_rank(text: str, rank: int) -> list[str]:
+    """The lines of a launcher's output that rank `rank` wrote: "[rank]<...>:" (horovodrun) or "[job,rank]<...>:"
+    (mpirun --tag-output)."""
+    tag = re.compile(rf"\[(?:\d+,)?{rank}\]<")
+    return [line for line in text.splitlines() if tag.match(line)]
+
+
+def mpirun_failure(output: str) -> tuple[int, str] | None:
+    """The first rank that made Open MPI's mpirun fail, and how (with its host where mpirun names it), read from
+    mpirun's report: a rank killed by a signal ("mpirun noticed that process rank 1 with PID 4242 on node algo-2
+    exited on signal 9 (Killed)."), one that exited with an error ("Process name: [[4711,1],1] / Exit code: 3"),
+    or one that called MPI_Abort."""
+    m = re.search(r"process rank (\d+) with PID \d+ on node (\S+?) exited on signal (\d+)", output)
+    if m:
+        rank, host, sig = int(m.group(1)), m.group(2), int(m.group(3))
+        return rank, f"rank {rank} on {host} {_describe_exit(-sig)}"
+    m = re.search(r"Process name:\s*\[\[\d+,\d+\],(\d+)\]\s+Exit code:\s*(-?\d+)", output)
+    if m:
+        rank, code = int(m.group(1)), int(m.group(2))
+        return rank, f"rank {rank} {_describe_exit(-(code - 128)) if code > 128 else _describe_exit(code)}"
+    m = re.search(r"MPI_ABORT was invoked on rank (\d+) in communicator \S+\s+with errorcode (-?\d+)", output)
+    if m:
+        rank = int(m.group(1))
+        return rank, f"rank {rank} called MPI_Abort (error code {m.group(2)})"
+    return None
 
 
 def _ranks_still_running(run_id: str) -> list[int]:

@@ -35,6 +35,7 @@ import atexit
 import ctypes
 import ipaddress
 import json
+import math
 import os
 import re
 import shutil
@@ -297,6 +298,7 @@ class Lab:
         self._holder: subprocess.Popen | None = None
         self._dir: Path | None = None
         self._sshd: list[subprocess.Popen] = []
+        self._netns: dict[int, str] = {}  # the inode of each host's network namespace: its name
         self.ssh_config: Path | None = None
 
     # -- life cycle -------------------------------------------------------------------------------------------
@@ -313,12 +315,20 @@ class Lab:
         return [h.address for h in self.hosts]
 
     def start(self) -> Lab:
-        """Build the lab (raises LabError, with what to do, where this machine cannot)."""
+        """Build the lab (raises LabError, with what to do, where this machine cannot). A start that fails or is
+        interrupted (KeyboardInterrupt: a notebook's Stop button, Ctrl-C) removes whatever it had built."""
         if self._holder is not None:
             return self
         sup = support()
         if not sup.available:
             raise LabError(f"the network lab cannot run here: {sup.reason}")
+        try:
+            return self._start(sup)
+        except BaseException:
+            self.stop()  # the holder (and with it the hosts and namespaces) and the lab's folder, whatever exists
+            raise
+
+    def _start(self, sup: Support) -> Lab:
         self.kind = sup.kind
         self._dir = Path(tempfile.mkdtemp(prefix="course-lab-"))
         addresses = [str(a) for a, _ in zip(self.net.hosts(), range(len(self.names)), strict=False)]
@@ -350,14 +360,14 @@ class Lab:
             cwd=_REPO,
             start_new_session=True,  # a Ctrl-C in a terminal reaches the lab through stop(), in order
         )
+        _LIVE.add(self)  # stopped at exit from here on, even if this start is interrupted
         line = _read_line(self._holder.stdout, self.start_timeout)
         if not line.startswith("READY "):
             err = self._holder.stderr.read().decode(errors="replace") if self._holder.poll() is not None else ""
-            self.stop()
             raise LabError(f"the network lab did not start: {line.strip() or 'no answer'}\n{err.strip()}".strip())
         info = json.loads(line[len("READY ") :])
         self.hosts = [Host(i, n, a, p) for i, (n, a, p) in enumerate(zip(self.names, addresses, info["pids"]))]
-        _LIVE.add(self)
+        self._netns = {_netns_inode(h.pid): h.name for h in self.hosts}
         return self
 
     def stop(self) -> None:
@@ -380,7 +390,7 @@ class Lab:
                 holder.wait()
             for stream in (holder.stdout, holder.stderr):
                 stream.close()
-        self.hosts = []
+        self.hosts, self._netns = [], {}
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -400,6 +410,15 @@ class Lab:
             cmd += ["--user", "--preserve-credentials"]
         return [*cmd, f"--wd={os.getcwd()}", "--"]
 
+    def host_of(self, proc: Any) -> str | None:
+        """The name of the host a process (a psutil.Process or a PID) runs on; None when it runs on none of them.
+        Every process of the lab is visible from this machine (the lab shares its PID namespace): its network
+        namespace says where it runs."""
+        try:
+            return self._netns.get(_netns_inode(proc if isinstance(proc, int) else proc.pid))
+        except OSError:  # it has ended
+            return None
+
     def host_env(self, index: int) -> dict[str, str]:
         """LAB_HOSTS (every address, in order) and LAB_HOST_INDEX for a program on host `index`."""
         return {HOSTS_VAR: ",".join(self.addresses), INDEX_VAR: str(index)}
@@ -417,10 +436,12 @@ class Lab:
         run_id: str | None = None,
         log_dir: Path | None = None,
         names: Sequence[str] | None = None,
+        **ranks: Any,
     ):
         """Run commands[i] on host hosts[i] (default: command i on host i) through the course's launcher:
         bounded by `timeout`, every process stopped if one fails (`run_id` marks them all: launch.kill_run
-        stops them). `names` labels each command's lines and failures (default "worker i").
+        stops them). `names` labels each command's lines and failures (default "worker i"). `ranks`: more of
+        launch.run_workers' options (rank_env, explain_failure, stopped_after); ranks are named with their host.
         Returns utils.launch.RunResult."""
         import uuid
 
@@ -436,8 +457,18 @@ class Lab:
             env = launch._base_env(threads, run_id, {**self.host_env(h), **(envs[k] if envs else {})})
             full.append([*self.enter(h), *map(str, cmd)])
             all_envs.append(env)
+        if ranks.get("rank_env"):
+            ranks.setdefault("rank_host", self.host_of)
         return launch.run_workers(
-            full, all_envs, timeout=timeout, run_id=run_id, log_dir=log_dir, stream=stream, until=until, names=names
+            full,
+            all_envs,
+            timeout=timeout,
+            run_id=run_id,
+            log_dir=log_dir,
+            stream=stream,
+            until=until,
+            names=names,
+            **ranks,
         )
 
     def measure(self, seconds: float = 1.0, timeout: float = 60) -> list[LinkMeasurement]:
@@ -564,7 +595,9 @@ class Lab:
         """Start an sshd on port 22 of every host, as SageMaker's MPI driver does on every instance: each host with
         a host key of its own, every host accepting one client key made for this lab (keys, configs and logs in
         the lab's folder, gone with it). `envs[i]`: variables every ssh session on host i gets (the driver writes
-        the instance's variables to /etc/environment for the same reason). Each host gets a /run of its own (a
+        the instance's variables to /etc/environment for the same reason), except the launcher's run marker
+        (launch.RUN_MARKER): each session takes it from its ssh client (SendEnv), so that what a run's mpirun starts
+        on another host carries that run's own marker. Each host gets a /run of its own (a
         tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client configuration that reaches
         every host by name, also kept as `self.ssh_config`; `mpirun()` passes it to Open MPI."""
         self._need()
@@ -590,16 +623,19 @@ class Lab:
             subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "course-lab", "-f", str(key)], check=True)
         (folder / "authorized_keys").write_text(client.with_suffix(".pub").read_text())
         config = folder / "config"
+        from utils import launch, rank_imports
+
+        # the launcher's run marker travels with every session (SendEnv/AcceptEnv): what mpirun starts on another
+        # host through its sshd carries it, so that the launcher watches those ranks and stops them with the run
         config.write_text(
             "Host *\n"
             f"  IdentityFile {client}\n  IdentitiesOnly yes\n  BatchMode yes\n  ConnectTimeout 5\n"
             "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
+            f"  SendEnv {launch.RUN_MARKER}\n"
         )
-        from utils import rank_imports
-
         lean = rank_imports.for_ranks()
         for i, host in enumerate(self.hosts):
-            envs_i = envs[i] if envs else {}
+            envs_i = {k: v for k, v in (envs[i] if envs else {}).items() if k != launch.RUN_MARKER}  # each run's own
             settings = [
                 "Port 22",
                 "ListenAddress 0.0.0.0",
@@ -612,6 +648,7 @@ class Lab:
                 "StrictModes no",  # the lab's folder is under /tmp, which every user may write
                 "PidFile none",
                 "PrintMotd no",
+                f"AcceptEnv {launch.RUN_MARKER}",
                 # one SetEnv line: sshd keeps the first value of a keyword. Open MPI starts a host's ranks from its
                 # ssh session, so they get the launcher's COURSE_LEAN_RANKS here (utils/rank_imports.py).
                 "SetEnv "
@@ -669,7 +706,13 @@ class Lab:
         """Run an `mpirun ...` line on the first host (in folder `cwd`: Open MPI starts every rank there), as SageMaker's MPI driver runs it on algo-1: Open MPI starts
         the ranks of the other hosts through their sshd (start_sshd() first). The line is run as given; the lab's
         ssh configuration reaches Open MPI through OMPI_MCA_plm_rsh_args, as Kubeflow's MPI operator passes its
-        options. Returns utils.launch.RunResult (one worker: mpirun, its output tagged by rank)."""
+        options. Returns utils.launch.RunResult (one worker: mpirun, its output tagged by rank).
+
+        The launcher watches the ranks on every host (OMPI_COMM_WORLD_RANK; those on other hosts carry the run's
+        marker through ssh): a rank stopped for launch.STOPPED_AFTER s fails the run, and a failure names the
+        rank and its host ("rank 1 on algo-2 was killed by signal SIGKILL", from Open MPI's report)."""
+        from utils import launch
+
         self._need()
         if self.ssh_config is None:
             raise LabError("mpirun reaches the other hosts over ssh: call lab.start_sshd() first")
@@ -691,6 +734,9 @@ class Lab:
             stream=stream,
             run_id=run_id,
             log_dir=log_dir,
+            names=["mpirun"],
+            rank_env="OMPI_COMM_WORLD_RANK",
+            explain_failure=launch.mpirun_failure,
         )
 
     def __repr__(self) -> str:
@@ -990,13 +1036,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=2)
     parser.add_argument("--bandwidth", default="1gbit", help="like 100mbit, 1gbit, 10gbit; 'none' for unshaped")
     parser.add_argument("--subnet", default=SUBNET)
-    parser.add_argument("--timeout", type=float, default=600, help="seconds before the run counts as hung")
+    parser.add_argument(
+        "--timeout", type=_positive_seconds, default=600, help="seconds before the run counts as hung (above 0)"
+    )
     parser.add_argument("--measure", action="store_true", help="measure every link first and print it")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run on every host")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give a command after --, e.g. -- python my_script.py")
+    logs: list[Path] = []  # the run's log folder, once it has one
+    try:
+        return _cli(parser, args, command, logs)
+    except KeyboardInterrupt:  # Ctrl-C: the lab and every program on its hosts were stopped on the way out
+        kept = [d for d in logs if d.is_dir() and any(d.iterdir())]
+        for d in logs:
+            if d not in kept:
+                shutil.rmtree(d, ignore_errors=True)
+        where = f"; logs in {kept[0]}" if kept else ""
+        print(f"[lab] interrupted: every program on the hosts was stopped and the lab removed{where}", file=sys.stderr)
+        return 130
+
+
+def _positive_seconds(text: str) -> float:
+    """argparse's type for a duration: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, like 600; got {text!r}")
+    return value
+
+
+def _by_host(reason: str, names: Sequence[str]) -> str:
+    """A launcher's reason with its workers called by the hosts they ran on: 'worker 1' is names[1]."""
+
+    def one(m: re.Match) -> str:
+        i = int(m.group(1))
+        return names[i] if 0 <= i < len(names) else m.group(0)
+
+    def several(m: re.Match) -> str:
+        found = [int(i) for i in re.findall(r"\d+", m.group(1))]
+        if not all(0 <= i < len(names) for i in found):
+            return m.group(0)
+        return "host(s) [" + ", ".join(names[i] for i in found) + "]"
+
+    reason = re.sub(r"\bworker(?:\(s\)|s) \[([\d, ]*)\]", several, reason)
+    return re.sub(r"\bworker (\d+)\b", one, reason)
+
+
+def _cli(parser: argparse.ArgumentParser, args: argparse.Namespace, command: list[str], logs: list[Path]) -> int:
+    import uuid
+
     from utils import launch
 
     try:
@@ -1013,7 +1105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{describe_rate(m.set_bps)}; round trip {m.rtt_us:.0f} us",
                         flush=True,
                     )
-            result = lab.run([command] * args.hosts, timeout=args.timeout, stream=False)
+            run_id = uuid.uuid4().hex
+            logs.append(launch._new_log_dir(run_id))  # kept if the run fails or is interrupted
+            result = lab.run([command] * args.hosts, timeout=args.timeout, stream=False, run_id=run_id, log_dir=logs[0])
+            outputs = [(w.rank, w.returncode, w.output) for w in result.workers]
     except LabError as exc:
         print(f"[lab] ERROR: {exc}", file=sys.stderr)
         return 2
@@ -1023,11 +1118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             log = exc.log_dir / f"worker-{i}.log"
             text = log.read_text(errors="replace").rstrip() if log.exists() else ""
             print(f"--- {name} ---\n{text}", flush=True)
-        print(f"[lab] {exc.reason}; logs in {exc.log_dir}", file=sys.stderr)
+        print(f"[lab] {_by_host(exc.reason, lab.names)}; logs in {exc.log_dir}", file=sys.stderr)
         return failure_status(exc.reason)
-    for w in result.workers:
-        print(f"--- {lab.names[w.rank]} (exit {w.returncode}) ---\n{w.output.rstrip()}", flush=True)
-    return next((w.returncode for w in result.workers if w.returncode), 0)
+    shutil.rmtree(logs[0], ignore_errors=True)  # a run that succeeded keeps no logs (as the launcher's own)
+    for rank, code, text in outputs:
+        print(f"--- {lab.names[rank]} (exit {code}) ---\n{text.rstrip()}", flush=True)
+    return next((code for _, code, _ in outputs if code), 0)
 
 
 if __name__ == "__main__":
