@@ -213,3 +213,24 @@ def test_published_cases_are_checked_from_their_own_inputs():
     for i, row in checked.iterrows():  # every miss gets a sentence naming the case
         if pd.notna(row.get("error")) and abs(row.error) > 0.15:
             assert am.why_missed(row, cases.iloc[i]).startswith(row.case)
+
+
+def test_only_cases_where_the_allreduce_matters_test_the_model():
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    cases = pd.read_csv(DATA / "published_scaling.csv")
+    checked = am.check_published(cases)
+    bound = checked[checked.tests == "bound only"]
+    assert len(bound) and (bound["allreduce / backward"] < 0.5).all() and (bound.predicted > 0.99).all()
+    scaling = checked[(checked.tests == "communication") & (checked.measure == "scaling efficiency")]
+    assert (scaling["allreduce / backward"] >= 0.5).all()
+    # a bus bandwidth above what ring or tree can reach: NVLS is named only for GPUs whose NVSwitch adds
+    p5 = cases[cases.case.str.contains("p5")].iloc[0]
+    row = checked.set_index("case").loc[p5.case].copy()
+    row["case"] = p5.case
+    assert "NVSwitch itself can add" in am.why_missed(row, p5, cases)
+    a100 = p5.copy()
+    a100["gpu"] = "A100 80GB"
+    assert "NVSwitch itself" not in am.why_missed(row, a100, cases)

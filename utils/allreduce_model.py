@@ -285,6 +285,12 @@ class Topology:
         )
         return min(rates) if rates else float("inf")
 
+    @property
+    def slowest_latency(self) -> float:
+        """Seconds of the slowest hop's latency: the network's once a ring leaves a server (what every step of a
+        ring that is not pipelined waits for, as MPI's does)."""
+        return self.network.latency if self.servers > 1 else self.inside.latency
+
 
 #: NCCL's own latencies for large messages (its "Simple" protocol), in seconds: a fixed cost per call and one per
 #: ring step on each kind of link (NVIDIA/nccl src/graph/tuning.cc, baseLat and hwLat tables, NCCL 2.30.7 at
@@ -306,7 +312,9 @@ def allreduce_seconds(topology: Topology, nbytes, algorithm: str = "ring", overh
           sends 2b over the network when M > 2 (interior in one tree, a leaf in the other) and b when M = 2 (each
           server the root of one tree). Latency 2((G-1) a_inside + floor(log2 M) a_network); NCCL gives the tree
           92 % of a link's bandwidth (TREE_EFFICIENCY).
-    The latency terms are NCCL's (src/graph/tuning.cc); its protocol and tree efficiencies are left out.
+    The latency terms are NCCL's ring latencies (src/graph/tuning.cc), used for the tree too (NCCL's own tree values
+    differ by under 2 us a step); the tree's 92 % is kept, NCCL's protocols, per-channel caps and other algorithms
+    (NVLS, CollNet, PAT) are left out.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {ALGORITHMS}")
@@ -466,10 +474,18 @@ def topology_of(instance_type: str, count: int) -> Topology:
     return Topology(gpus, int(count), inside, network)
 
 
+#: GPUs whose NVSwitch can add (NVLink SHARP; NCCL's NVLS algorithms: Hopper and later, src/graph/tuning.cc).
+SWITCH_ADDS = ("H100", "H200", "B200", "GH200", "GB200")
+
+
 def check_published(cases, overlap: float = BACKWARD_SHARE, gradient_bytes_per_parameter: int = 4):
     """The model beside each published case of data/published_scaling.csv: for a scaling measurement, the efficiency
     it predicts from the case's own inputs (parameters, batch and one-GPU throughput, GPUs per server, links); for a
-    nccl-tests measurement, the bus bandwidth. Nothing is fitted to the published answer."""
+    nccl-tests measurement, the bus bandwidth. Nothing is fitted to the published answer.
+
+    Column `tests`: "communication" where the prediction rests on the allreduce (a bus bandwidth, or an allreduce
+    that takes at least half the backward pass it hides behind); "bound only" where the model predicts no loss
+    from communication at all, so that its 1.0 is an upper bound and the case says nothing of the allreduce."""
     import pandas as pd
 
     out = []
@@ -489,27 +505,24 @@ def check_published(cases, overlap: float = BACKWARD_SHARE, gradient_bytes_per_p
                 }
             )
             continue
-        gpus, servers = int(c.gpus_per_server), int(c.servers)
-        net = Link(float(c.network_gbps) * 1e9 / 8 if c.network_gbps > 0 else 1.0, NCCL_LATENCY["network"])
-        if gpus == 1 or pd.isna(c.intra_gbytes_per_s):  # no link inside, or none stated: the network binds
-            inside = Link(net.bytes_per_s, NCCL_LATENCY["PCIe"])
-        else:
-            inside = Link(float(c.intra_gbytes_per_s) * 1e9, _inside_latency(c.intra_link))
-        topo = Topology(gpus, servers, inside, net)
+        topo = _case_topology(c)
         row = {"case": c.case, "GPUs": topo.n}
         if scaling:
             grad = float(c.parameters) * gradient_bytes_per_parameter
             algorithm, comm = fastest_algorithm(topo, grad)
             compute = float(c.batch_per_gpu) / float(c.one_gpu_images_per_s)
             predicted = float(step_efficiency(compute, comm + NCCL_LATENCY["base"], overlap))
+            hidden = comm / (overlap * compute)
             row |= {
                 "measure": "scaling efficiency",
                 "published": float(c.published_efficiency),
                 "predicted": predicted,
-                "error": predicted - float(c.published_efficiency),
+                "error": round(predicted - float(c.published_efficiency), 6),
                 "allreduce (ms)": 1e3 * comm,
                 "compute (ms)": 1e3 * compute,
+                "allreduce / backward": hidden,
                 "algorithm": algorithm,
+                "tests": "communication" if hidden >= 0.5 else "bound only",
             }
         else:
             size = float(c.message_bytes)
@@ -519,23 +532,46 @@ def check_published(cases, overlap: float = BACKWARD_SHARE, gradient_bytes_per_p
                 "measure": "bus bandwidth (GB/s)",
                 "published": float(c.published_busbw_gbytes_per_s),
                 "predicted": predicted,
-                "error": predicted / float(c.published_busbw_gbytes_per_s) - 1,
+                "error": round(predicted / float(c.published_busbw_gbytes_per_s) - 1, 6),
                 "algorithm": algorithm,
+                "tests": "communication",
             }
         out.append(row)
     return pd.DataFrame(out)
 
 
-def why_missed(checked, case, overlap: float = BACKWARD_SHARE) -> str:
+def _case_topology(c) -> Topology:
+    """A published case's cluster: where its source gives no link inside a server, the network binds (a stand-in
+    link as fast as the network, with PCIe's latency)."""
+    import pandas as pd
+
+    gpus, servers = int(c.gpus_per_server), int(c.servers)
+    net = Link(float(c.network_gbps) * 1e9 / 8 if c.network_gbps > 0 else 1.0, NCCL_LATENCY["network"])
+    if gpus == 1 or pd.isna(c.intra_gbytes_per_s):
+        inside = Link(net.bytes_per_s, NCCL_LATENCY["PCIe"])
+    else:
+        inside = Link(float(c.intra_gbytes_per_s) * 1e9, _inside_latency(c.intra_link))
+    return Topology(gpus, servers, inside, net)
+
+
+def why_missed(
+    checked, case, cases=None, overlap: float = BACKWARD_SHARE, gradient_bytes_per_parameter: int = 4
+) -> str:
     """One generated sentence on a published case outside the goal: which of the model's assumptions its own figures
-    contradict (`checked`: a row of check_published; `case`: the same case's row of data/published_scaling.csv)."""
+    contradict (`checked`: a row of check_published; `case`: the same case's row of data/published_scaling.csv;
+    `cases`: the whole file, to name the source's other tables of the same runs)."""
     if checked.measure == "scaling efficiency":
         published, compute, comm = checked.published, checked["compute (ms)"], checked["allreduce (ms)"]
         if published > 1:
+            same = []
+            if cases is not None:
+                keys = ["model", "gpu", "precision", "gpus_per_server", "servers"]
+                twins = cases[(cases[keys] == case[keys]).all(axis=1) & (cases.case != case.case)]
+                same = [f"{t.case} ({t.published_efficiency:.3f})" for _, t in twins.iterrows()]
             return (
                 f"{checked.case}: the published efficiency is {published:.3f}, above 1: the multi-GPU run beat "
-                f"{int(checked.GPUs)} one-GPU runs, which no cost of communication can explain; the same source "
-                "replaced that table later (the cases dated 2020-11)"
+                f"{int(checked.GPUs)} one-GPU runs, which no cost of communication can explain"
+                + (f"; the same runs in another of the source's tables: {', '.join(same)}" if same else "")
             )
         hidden = comm / (overlap * compute)
         if hidden < 0.5:
@@ -545,23 +581,43 @@ def why_missed(checked, case, overlap: float = BACKWARD_SHARE) -> str:
                 "has no other cost of scaling (the GPUs of one server share its CPUs, memory and host links, and "
                 "whatever feeds them the data)"
             )
+        topo = _case_topology(case)
+        binding = (
+            "network" if topo.servers > 1 and topo.network.bytes_per_s <= topo.inside.bytes_per_s else "link inside"
+        )
         step = compute / published  # the step the published efficiency implies, in ms
         room = step - (1 - overlap) * compute  # what that step leaves for the allreduce once it runs beside backprop
-        rate = 2 * (checked.GPUs - 1) / checked.GPUs * float(case.parameters) * 4 / (room / 1e3)
+        grad = float(case.parameters) * gradient_bytes_per_parameter
+        rate = 2 * (checked.GPUs - 1) / checked.GPUs * grad / (room / 1e3)
+        relation = "outlasts" if hidden > 1 else f"takes {hidden:.0%} of"
         return (
-            f"{checked.case}: the allreduce ({comm:.0f} ms) outlasts the backward pass ({overlap * compute:.0f} ms), so "
+            f"{checked.case}: the allreduce ({comm:.0f} ms) {relation} the backward pass ({overlap * compute:.0f} ms), so "
             f"the step rests on the rate the ring really gets; the published {published:.2f} means a step of "
             f"{step:.0f} ms and an allreduce of {room:.0f} ms, a bus bandwidth of {8 * rate / 1e9:.1f} Gbit/s, "
-            f"{rate / (float(case.network_gbps) * 1e9 / 8):.0%} of the {case.network_gbps:g} Gbit/s link the "
-            "model gives it in full"
+            f"{rate / topo.ring_bandwidth:.0%} of the {8 * topo.ring_bandwidth / 1e9:g} Gbit/s {binding} the model "
+            f"gives it in full (the step from the inputs the row names: {case.gpu}, batch {case.batch_per_gpu:g})"
         )
-    bound = float(case.network_gbps) / 8
-    if checked.published > bound:
+    return why_above_ceiling(checked, case)
+
+
+def why_above_ceiling(checked, case) -> str:
+    """A sentence on a bus bandwidth against the most any of the model's algorithms could reach on that cluster."""
+    topo = _case_topology(case)
+    size = float(case.message_bytes)
+    ceiling = max(float(bus_bandwidth(size, allreduce_seconds(topo, size, a), topo.n)) for a in ALGORITHMS) / 1e9
+    if checked.published <= ceiling:
         return (
-            f"{checked.case}: {checked.published:.0f} GB/s is more than any ring can carry through a "
-            f"{case.network_gbps:g} Gbit/s network ({bound:.0f} GB/s), and the model's tree is held back inside "
-            "the server, where a GPU of its chain sends twice the buffer; NCCL also has algorithms in which the "
-            "NVSwitch of H100 servers adds (NVLink SHARP, NVLS in NCCL's tuning model) and a GPU sends the buffer "
-            "once: the model leaves them out, and the published output does not say which algorithm ran"
+            f"{checked.case}: {checked.published:.0f} GB/s published against {checked.predicted:.0f} GB/s predicted: "
+            f"below what the model's faster algorithm reaches, so NCCL got less of the links than the model gives it"
         )
-    return f"{checked.case}: {checked.published:.0f} GB/s published against {checked.predicted:.0f} GB/s predicted"
+    adds = any(g in str(case.gpu) for g in SWITCH_ADDS)
+    return (
+        f"{checked.case}: {checked.published:.0f} GB/s is more than the model's ring or tree can reach on this cluster "
+        f"({ceiling:.0f} GB/s at most), so NCCL ran something the model does not have"
+        + (
+            f"; on {case.gpu} servers the NVSwitch itself can add (NVLink SHARP, NCCL's NVLS algorithms), so a GPU "
+            "sends its buffer once instead of twice: the published output does not say which algorithm ran"
+            if adds
+            else "; the published output does not say which algorithm ran"
+        )
+    )
