@@ -12,13 +12,15 @@ import re
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
 from utils import kubeflow as kf
-from utils import netlab
+from utils import launch, netlab
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/course:2.21"
 MWMS = ["python", "/opt/course/scripts/train_mwms.py"]
@@ -93,6 +95,12 @@ def test_port_named_tfjob_port_and_a_single_replica():
         (lambda m: m["spec"]["tfReplicaSpecs"]["Chief"].update(replicas=2), "at most one chief task"),
         (lambda m: m["spec"]["tfReplicaSpecs"]["Worker"].update(replicas=0), "creates no pod"),
         (lambda m: m["spec"]["tfReplicaSpecs"].update(PS=m["spec"]["tfReplicaSpecs"]["Chief"]), "no ps task"),
+        (
+            lambda m: m["spec"]["tfReplicaSpecs"]["Worker"].update(restartPolicy="Sometimes"),
+            "the API server refuses them: no pod would be created",
+        ),
+        (lambda m: m["spec"]["runPolicy"].update(backoffLimit=-1), "fails the job at its first sync"),
+        (lambda m: m["spec"]["runPolicy"].update(backoffLimit="three"), "backoffLimit: Invalid value: 'three'"),
     ],
 )
 def test_bad_tfjobs_are_refused_with_the_operators_message(change, message):
@@ -146,6 +154,10 @@ def test_mpijob_hostfile_launcher_variables_and_pods():
         (lambda s: s.update(slotsPerWorker=-1), "slotsPerWorker: Invalid value: -1"),
         (lambda s: s.update(mpiImplementation="MVAPICH"), 'Unsupported value: "MVAPICH"'),
         (lambda s: s["runPolicy"].update(cleanPodPolicy="Sometimes"), 'Unsupported value: "Sometimes"'),
+        (
+            lambda s: s["runPolicy"].update(backoffLimit=-1),
+            "spec.runPolicy.backoffLimit: Invalid value: -1: must be greater than or equal to 0",
+        ),
         (
             lambda s: s["mpiReplicaSpecs"]["Worker"].update(restartPolicy="Always"),
             'supported values: "Never", "OnFailure"',
@@ -250,3 +262,123 @@ def test_on_loopback_a_claim_without_a_volume_is_a_folder_both_pods_share_for_th
     folder = Path(re.search(r"FOLDER (\S+)", run.output["p-0"]).group(1))
     assert folder.parent.parent == scratch, folder  # the claim's folder was made for the run, in the temporary folder
     assert list(scratch.iterdir()) == [], "the claim's folder outlived the run"
+
+
+# ---- the played operator: restartPolicy ExitCode and runPolicy.backoffLimit (no TensorFlow: plain programs) -----
+
+# A pod's program that fails once (with `how`), then runs again for `then` seconds and succeeds; argv[1] is a folder
+# that remembers, per TF_CONFIG task, that the first run happened.
+ONCE = """
+import json, os, pathlib, signal, sys, time
+task = json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
+mark = pathlib.Path(sys.argv[1]) / f"ran-{task}"
+if not mark.exists():
+    mark.touch()
+    os.kill(os.getpid(), signal.SIGKILL) if sys.argv[2] == "kill" else sys.exit(int(sys.argv[2]))
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def _plain_tfjob(name, program, args, *, workers=1, restart_policy="OnFailure", run_policy=None):
+    job = kf.tfjob(
+        name,
+        workers=workers,
+        image=IMAGE,
+        command=["python", "-c", program],
+        args=[str(a) for a in args],
+        restart_policy=restart_policy,
+    )
+    m = kf.manifest(job)
+    m["spec"]["runPolicy"] = dict(run_policy or {})
+    return m
+
+
+def _loopback(pods, **kw):
+    return kf.rehearse(pods, where="loopback", timeout=60, stream=False, **kw)
+
+
+def test_exit_code_policy_creates_the_pod_again_after_a_signal(tmp_path):
+    """restartPolicy ExitCode (kubeflow/trainer v1.9.4): 128 and above is retryable, so a SIGKILLed container
+    (137) gets its pod created again."""
+    job = _plain_tfjob("ec", ONCE, [tmp_path, "kill", 0], restart_policy="ExitCode")
+    run = _loopback(kf.tf_pods(job))
+    assert run.exit_codes == {"ec-worker-0": [137, 0]}, run.output
+    assert any("ExitCode" in note for note in kf.check_tfjob(job))
+
+
+def test_exit_code_policy_fails_the_job_on_an_exit_code_below_128(tmp_path):
+    """1-127 is permanent: the pod is not restarted and the operator marks the job Failed (pod.go ReconcilePods)."""
+    job = _plain_tfjob("ec", ONCE, [tmp_path, 3, 0], restart_policy="ExitCode")
+    with pytest.raises(
+        launch.WorkerError, match=re.escape('job "ec" is failing because "Worker" replica(s) failed.')
+    ) as e:
+        _loopback(kf.tf_pods(job))
+    assert e.value.exit_codes == {"ec-worker-0": [3]}
+    assert e.value.job_failed["reason"] == "TFJobFailed"
+
+
+def test_backoff_limit_counts_the_restarts_of_every_pod_of_the_job(tmp_path):
+    """Each of two workers fails once (one restart per pod, two in the job). backoffLimit 2 is reached by their sum
+    (PastBackoffLimit: restartCount summed over the job's running pods, >= the limit): the job fails, and
+    cleanPodPolicy Running deletes its running pods."""
+    job = _plain_tfjob(
+        "cross", ONCE, [tmp_path, 3, 4], workers=2, run_policy={"backoffLimit": 2, "cleanPodPolicy": "Running"}
+    )
+    message = "Job cross has failed because it has reached the specified backoff limit"
+    with pytest.raises(launch.WorkerError, match=re.escape(message)) as e:
+        _loopback(kf.tf_pods(job))
+    assert e.value.job_failed == {"reason": "TFJobFailed", "message": message}
+    codes = e.value.exit_codes
+    assert set(codes) == {"cross-worker-0", "cross-worker-1"}, codes
+    assert all(c[0] == 3 and 0 not in c and len(c) <= 2 for c in codes.values()), codes
+
+
+def test_a_failed_jobs_running_pods_are_deleted(tmp_path):
+    """backoffLimit 1: worker 0's first restart fails the job; cleanPodPolicy Running deletes worker 1, which is
+    still running (SIGTERM: 143), and nothing of it is left."""
+    marker = f"still-running-{uuid.uuid4().hex}"  # in worker 1's command line, to find it afterwards
+    program = """
+import json, os, pathlib, sys, time
+up = pathlib.Path(sys.argv[2]) / "up"
+if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+    up.touch()
+    time.sleep(60)
+while not up.exists():  # worker 0 fails once worker 1 runs
+    time.sleep(0.05)
+sys.exit(3)
+"""
+    run_policy = {"backoffLimit": 1, "cleanPodPolicy": "Running"}
+    job = _plain_tfjob("del", program, [marker, tmp_path], workers=2, run_policy=run_policy)
+    with pytest.raises(launch.WorkerError, match="reached the specified backoff limit") as e:
+        _loopback(kf.tf_pods(job))
+    assert e.value.exit_codes == {"del-worker-0": [3], "del-worker-1": [143]} and e.value.seconds < 30
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_backoff_limit_with_clean_pod_policy_none_fails_the_job_and_leaves_its_pods(tmp_path):
+    """The same job with cleanPodPolicy None (the TFJob's default): Failed all the same, but the operator deletes
+    nothing (DeletePodsAndServices), so the kubelet restarts the containers and they finish."""
+    job = _plain_tfjob("cross", ONCE, [tmp_path, 3, 2], workers=2, run_policy={"backoffLimit": 2})
+    run = _loopback(kf.tf_pods(job))
+    assert run.exit_codes == {"cross-worker-0": [3, 0], "cross-worker-1": [3, 0]}, run.output
+    assert run.job_failed["message"] == "Job cross has failed because it has reached the specified backoff limit"
+
+
+def test_backoff_limit_unset_or_not_reached_leaves_the_job_running(tmp_path):
+    job = _plain_tfjob("ok", ONCE, [tmp_path, 3, 0], workers=2, run_policy={"backoffLimit": 3})
+    run = _loopback(kf.tf_pods(job))
+    assert run.exit_codes == {"ok-worker-0": [3, 0], "ok-worker-1": [3, 0]} and run.job_failed is None
+
+
+def test_mpijob_launcher_is_a_batch_job_with_the_run_policys_backoff_limit(tmp_path):
+    """mpi-operator v0.8.0 newLauncherJob: the launcher is a batch/v1 Job with BackoffLimit runPolicy.backoffLimit,
+    which the Job API defaults to 6; the Job fails with BackoffLimitExceeded when its pod's restarts reach it."""
+    job = _mpi()
+    job["spec"]["runPolicy"]["backoffLimit"] = 2
+    launcher = kf.mpi_pods(job)[0]
+    failing = kf.Pod(**{**launcher.__dict__, "command": ["python", "-c", "import sys; sys.exit(2)"]})
+    with pytest.raises(launch.WorkerError, match="BackoffLimitExceeded") as e:
+        _loopback([failing])
+    assert e.value.exit_codes == {"hvd-launcher": [2, 2]}
+    assert launcher.replica_type == "Launcher" and launcher.backoff_limit == 2
+    assert kf.mpi_pods(_mpi())[0].backoff_limit == 6  # unset: the Job API's default

@@ -22,11 +22,18 @@ Sources (read at these tags; each function says which file):
 - kubeflow/mpi-operator tag v0.8.0, commit 101db144: pkg/controller/mpi_job_controller.go (the hostfile, the
   launcher's variables, sshd on workers), pkg/apis/kubeflow/validation/validation.go, pkg/apis/kubeflow/
   v2beta1/default.go (sshAuthMountPath /root/.ssh, restart policies).
+- The played operator's restarts and failures (`_kubelet_main`): kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/
+  common_types.go (RestartPolicyExitCode), pkg/util/train/train_util.go (IsRetryableExitCode), pkg/controller.v1/
+  common/pod.go (ReconcilePods), pkg/controller.v1/common/job.go (ReconcileJobs, DeletePodsAndServices),
+  pkg/core/job.go (PastBackoffLimit); mpi-operator v0.8.0 newLauncherJob; the launcher's batch/v1 Job as
+  kubernetes runs it: pkg/apis/batch/v1/defaults.go (backoffLimit 6) and pkg/controller/job/job_controller.go
+  (pastBackoffLimitOnFailure, BackoffLimitExceeded).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -45,6 +52,8 @@ SSH_MOUNT = "/root/.ssh"  # v2beta1/default.go: the default sshAuthMountPath
 CHECKPOINTS = "/mnt/checkpoints"  # where a TFJob's pods mount their shared checkpoint volume
 CODE_IN_IMAGE = "/opt/course"  # where the job's image holds the course's code (the lesson's Dockerfile copies it)
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+JOB_BACKOFF_LIMIT = 6  # a batch/v1 Job's backoffLimit when unset (kubernetes pkg/apis/batch/v1/defaults.go)
+POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")  # what the API server accepts in a pod (core/v1 validation)
 
 
 class ManifestError(ValueError):
@@ -236,11 +245,46 @@ def check_tfjob(job: Any) -> list[str]:
             problems.append(f"{where}.replicas: {replicas!r} creates no pod (the course's check: give at least 1)")
         elif rtype == "Chief" and replicas != 1:
             problems.append(f"{where}.replicas: TensorFlow accepts at most one chief task, got {replicas}")
+    # Neither the webhook nor the CRD checks these (a plain string, an integer); what the cluster does with them:
+    for rtype, spec in specs.items():
+        policy = spec.get("restartPolicy")
+        if policy is not None and policy not in (*POD_RESTART_POLICIES, "ExitCode"):
+            problems.append(
+                f"spec.tfReplicaSpecs[{rtype}].restartPolicy: {policy!r}: the operator copies it to the pods "
+                "(setRestartPolicy) and the API server refuses them: no pod would be created (supported: Always, "
+                "OnFailure, Never, and ExitCode, which the operator plays itself)"
+            )
+    backoff = (m.get("spec", {}).get("runPolicy") or {}).get("backoffLimit")
+    if backoff is not None and (not isinstance(backoff, int) or isinstance(backoff, bool)):
+        problems.append(f"spec.runPolicy.backoffLimit: Invalid value: {backoff!r}: must be an integer")
+    elif backoff is not None and backoff < 0:
+        problems.append(
+            f"spec.runPolicy.backoffLimit: {backoff}: the operator accepts it and fails the job at its first sync "
+            f"(PastBackoffLimit: 0 restarts >= {backoff}) (the course's check: give 0 or more, or leave it out)"
+        )
     if problems:
         raise ManifestError("TFJob", problems)
     for rtype, spec in specs.items():
         if spec.get("restartPolicy") in (None, "Never"):
             notes.append(f"{rtype}: restartPolicy Never (the default): a failed pod is not restarted")
+        elif spec["restartPolicy"] == "ExitCode":
+            notes.append(
+                f"{rtype}: restartPolicy ExitCode: the operator fails the job on an exit code of 1-127 and creates the "
+                "pod again on 128 or more (a signal: 137 for SIGKILL)"
+                + (
+                    "; backoffLimit counts container restarts, and a pod created again has none, so only backoffLimit "
+                    "0 stops them"
+                    if backoff
+                    else ""
+                )
+            )
+        elif spec["restartPolicy"] == "Always":
+            notes.append(f"{rtype}: restartPolicy Always is not played: the played kubelet treats it as Never")
+    if backoff is not None:
+        notes.append(
+            f"runPolicy.backoffLimit {backoff}: the job fails once the restarts of its running pods add up to "
+            f"{'more than 0' if backoff == 0 else backoff} (the pods are deleted unless cleanPodPolicy is None)"
+        )
     return notes
 
 
@@ -313,6 +357,11 @@ def check_mpijob(job: dict[str, Any]) -> list[str]:
         problems.append(
             f'spec.runPolicy.cleanPodPolicy: Unsupported value: "{clean}": supported values: "None", "Running", "All"'
         )
+    backoff = spec["runPolicy"].get("backoffLimit")  # validateRunPolicy: ValidateNonnegativeField
+    if backoff is not None and (not isinstance(backoff, int) or isinstance(backoff, bool)):
+        problems.append(f"spec.runPolicy.backoffLimit: Invalid value: {backoff!r}: must be an integer (the CRD's type)")
+    elif backoff is not None and backoff < 0:
+        problems.append(f"spec.runPolicy.backoffLimit: Invalid value: {backoff}: must be greater than or equal to 0")
     if problems:
         raise ManifestError("MPIJob", problems)
     return []
@@ -335,6 +384,12 @@ class Pod:
     working_dir: str = ""
     files: dict[str, str] = field(default_factory=dict)  # path in the pod -> content (the operator's ConfigMap)
     claims: dict[str, str] = field(default_factory=dict)  # mount path -> PersistentVolumeClaim name
+    # What the played operator needs to judge the job as a whole (a pod of no job, job "", is judged alone):
+    job: str = ""  # the job's name
+    kind: str = ""  # TFJob or MPIJob
+    namespace: str = "default"
+    backoff_limit: int | None = None  # TFJob: runPolicy.backoffLimit (None: none); MPIJob launcher: its Job's (6)
+    clean_pod_policy: str = "None"  # runPolicy.cleanPodPolicy after the operator's defaults
 
 
 def _tf_port(spec: dict[str, Any]) -> int:
@@ -374,6 +429,7 @@ def tf_pods(job: Any) -> list[Pod]:
     m = manifest(job)
     check_tfjob(m)
     name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    run_policy = m["spec"].get("runPolicy") or {}
     pods = []
     rank = ["Chief", "Master", "Worker", "PS", "Evaluator"]  # the chief first, as TensorFlow numbers the tasks
     for rtype, spec in sorted(_tf_specs(m).items(), key=lambda kv: rank.index(kv[0])):
@@ -405,6 +461,11 @@ def tf_pods(job: Any) -> list[Pod]:
                     env=env,
                     restart_policy=spec.get("restartPolicy") or "Never",
                     working_dir=container.get("workingDir", ""),
+                    job=name,
+                    kind="TFJob",
+                    namespace=namespace,
+                    backoff_limit=run_policy.get("backoffLimit"),
+                    clean_pod_policy=run_policy.get("cleanPodPolicy") or "None",  # tensorflow_defaults.go: None
                 )
             )
     return pods
@@ -436,10 +497,16 @@ def mpi_launcher_env(job: dict[str, Any]) -> dict[str, str]:
 
 def mpi_pods(job: dict[str, Any]) -> list[Pod]:
     """The launcher and every worker of an MPIJob, with what the operator gives each (workers: hostname
-    <job>-worker-<i> in subdomain <job>, and `/usr/sbin/sshd -De` when their container has no command)."""
+    <job>-worker-<i> in subdomain <job>, and `/usr/sbin/sshd -De` when their container has no command). The
+    launcher's pod is that of a batch/v1 Job, whose backoffLimit the played kubelet follows."""
     check_mpijob(job)
     m = mpijob_defaults(job)
     name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
+    # mpi_job_controller.go newLauncherJob: the launcher is a batch/v1 Job with BackoffLimit:
+    # mpiJob.Spec.RunPolicy.BackoffLimit (default.go leaves it to "the k8s Job API, which does its own defaulting":
+    # kubernetes pkg/apis/batch/v1/defaults.go SetDefaults_Job, 6). The workers' pods have no backoff limit.
+    launcher_backoff = m["spec"]["runPolicy"].get("backoffLimit")
+    launcher_backoff = JOB_BACKOFF_LIMIT if launcher_backoff is None else launcher_backoff
     pods = []
     for rtype in ("Launcher", "Worker"):
         spec = m["spec"]["mpiReplicaSpecs"].get(rtype)
@@ -468,6 +535,11 @@ def mpi_pods(job: dict[str, Any]) -> list[Pod]:
                     restart_policy=spec.get("restartPolicy") or "Never",
                     working_dir=container.get("workingDir", ""),
                     files=files,
+                    job=name,
+                    kind="MPIJob",
+                    namespace=namespace,
+                    backoff_limit=launcher_backoff if rtype == "Launcher" else None,
+                    clean_pod_policy=m["spec"]["runPolicy"]["cleanPodPolicy"],
                 )
             )
     return pods
@@ -487,10 +559,13 @@ class Rehearsal:
     bandwidth: str
     where: str = "lab"  # "lab", or "loopback" (the stand-in where the lab cannot run)
     why_loopback: str = ""
+    # The job's Failed condition as the played operator set it ({"reason", "message"}), or None. A job can fail and
+    # its pods still finish: with cleanPodPolicy None the operator deletes none of them.
+    job_failed: dict[str, str] | None = None
 
     @property
     def restarts(self) -> dict[str, int]:
-        return {name: len(codes) - 1 for name, codes in self.exit_codes.items()}
+        return {name: max(0, len(codes) - 1) for name, codes in self.exit_codes.items()}
 
     def records(self, prefix: str = "RESULT ") -> list[dict[str, Any]]:
         """The JSON lines (`RESULT {...}`) the pods' programs printed, in the pods' order."""
@@ -519,11 +594,47 @@ def local_command(command: list[str]) -> list[str]:
     return [sys.executable if Path(t).name in ("python", "python3") else t for t in command]
 
 
-def _pod_command(pod: Pod, limit: int) -> list[str]:
+def _pod_command(pod: Pod, limit: int, state: Path) -> list[str]:
+    """The played kubelet's command line for `pod`; `state`: the folder the kubelets of one job share (the played
+    operator's view of the job: each running pod's restarts, the job's Failed condition)."""
     run = local_command(pod.command)
     if pod.working_dir:
         run = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', pod.working_dir, *run]
-    return [sys.executable, "-m", "utils.kubeflow", "_kubelet", pod.restart_policy, str(limit), "--", *run]
+    operator = {
+        "dir": str(state),
+        "pod": pod.name,
+        "type": pod.replica_type,
+        "kind": pod.kind,
+        "job": pod.job,
+        "namespace": pod.namespace,
+        "backoffLimit": pod.backoff_limit,
+        "cleanPodPolicy": pod.clean_pod_policy,
+    }
+    kubelet = [sys.executable, "-m", "utils.kubeflow", "_kubelet", pod.restart_policy, str(limit)]
+    return [*kubelet, "--operator", json.dumps(operator), "--", *run]
+
+
+def _job_failed(state: Path) -> dict[str, str] | None:
+    path = state / "failed"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _failed_run(err: Any, pods: list[Pod], state: Path) -> Exception:
+    """The launcher's WorkerError for a run whose pods failed, with what the played operator made of it: the job's
+    Failed condition first in its message and as `job_failed`, and each pod's exit codes as `exit_codes`."""
+    from utils import launch
+
+    output = {}
+    for i, pod in enumerate(pods):
+        log = Path(err.log_dir) / f"worker-{i}.log"
+        output[pod.name] = log.read_text(errors="replace") if log.exists() else ""
+    failed = _job_failed(state)
+    line = f"the {pods[0].kind or 'job'} failed: {failed['reason']}: {failed['message']}\n" if failed else ""
+    new = launch.WorkerError(
+        f"{line}{err}", err.rank, f"{line.strip()} ({err.reason})" if line else err.reason, err.log_dir, err.seconds
+    )
+    new.job_failed, new.exit_codes = failed, _exit_codes(output)
+    return new
 
 
 def rehearse(
@@ -542,14 +653,19 @@ def rehearse(
     image's copy); the operator's files (an MPIJob's hostfile) mounted where the pod sees them. Pods whose
     command is `/usr/sbin/sshd -De` (an MPIJob's workers) get the lab's sshd, with keys made for the run (the
     operator's SSH secret); every other pod's container runs under the played kubelet, restarted as its
-    restartPolicy says. `during(lab)`, if given, runs in a thread while the job runs (to kill a container).
+    restartPolicy says, and the played operator judges the job as a whole (restartPolicy ExitCode, runPolicy.
+    backoffLimit, cleanPodPolicy: see `_kubelet_main`). `max_restarts` bounds, per pod, the restarts that nothing in
+    a cluster would bound (no backoffLimit; pods an operator leaves running after the job failed; ExitCode's new
+    pods); a pod that ends failed ends the rehearsal (the launcher stops the others, after the operator's deletions
+    where cleanPodPolicy asks for them), raising launch.WorkerError with the job's Failed condition (`job_failed`)
+    and each pod's exit codes so far (`exit_codes`). `during(lab)`, if given, runs in a thread while the job runs (to kill a container).
     `volumes`: a folder of this machine for each PersistentVolumeClaim the pods mount (the volume itself, shared
     by every pod that mounts it; a claim not given gets a new empty folder). `where`: "auto" takes the lab where
     it runs, else loopback (`rehearse_on_loopback`); "lab" or "loopback" insist."""
     import tempfile
     import threading
 
-    from utils import netlab, paths
+    from utils import launch, netlab, paths
 
     if where not in ("auto", "lab", "loopback"):
         raise ValueError(f"where must be 'auto', 'lab' or 'loopback', got {where!r}")
@@ -568,6 +684,8 @@ def rehearse(
     runs = [p for p in pods if p not in sshd]
     with netlab.Lab(len(pods), bandwidth, names=[p.name for p in pods], aliases=[p.dns for p in pods]) as lab:
         folder = Path(tempfile.mkdtemp(prefix="pod-files-", dir=lab._dir))
+        state = Path(tempfile.mkdtemp(prefix="operator-", dir=lab._dir))  # every host sees it (no mount hides it)
+        (state / "pods").write_text(json.dumps([p.name for p in runs]))  # the pods under the played kubelet
         claims = dict(volumes or {})
         for i, pod in enumerate(pods):
             lab.mount(i, paths.REPO_ROOT, CODE_IN_IMAGE)
@@ -589,19 +707,24 @@ def rehearse(
         if during is not None:
             watcher = threading.Thread(target=during, args=(lab,), daemon=True)
             watcher.start()
-        result = lab.run(
-            [_pod_command(p, max_restarts) for p in runs],
-            hosts=[pods.index(p) for p in runs],
-            envs=[{**p.env, **extra} for p in runs],
-            timeout=timeout,
-            stream=stream,
-            names=[p.name for p in runs],
-        )
-        if watcher is not None:
-            watcher.join(timeout=5)
+        try:
+            result = lab.run(
+                [_pod_command(p, max_restarts, state) for p in runs],
+                hosts=[pods.index(p) for p in runs],
+                envs=[{**p.env, **extra} for p in runs],
+                timeout=timeout,
+                stream=stream,
+                names=[p.name for p in runs],
+            )
+        except launch.WorkerError as err:
+            raise _failed_run(err, runs, state) from None
+        finally:
+            if watcher is not None:
+                watcher.join(timeout=5)
+        failed = _job_failed(state)
     output = {p.name: w.output for p, w in zip(runs, result.workers, strict=True)}
     codes = _exit_codes(output)
-    return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth)
+    return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth, job_failed=failed)
 
 
 def rehearse_on_loopback(
@@ -632,6 +755,8 @@ def rehearse_on_loopback(
     mapped = {CODE_IN_IMAGE: str(paths.REPO_ROOT)}
     # claims not given as `volumes` live as long as the run, as they do on the lab (whose folder is removed with it)
     with tempfile.TemporaryDirectory(prefix="claims-", ignore_cleanup_errors=True) as scratch:
+        state = Path(tempfile.mkdtemp(prefix="operator-", dir=scratch))
+        (state / "pods").write_text(json.dumps([p.name for p in pods]))
         for pod in pods:
             for target, claim in pod.claims.items():
                 if claim not in folders:
@@ -649,17 +774,21 @@ def rehearse_on_loopback(
             moved = Pod(
                 **{**pod.__dict__, "command": [local(t) for t in pod.command], "working_dir": local(pod.working_dir)}
             )
-            commands.append(_pod_command(moved, max_restarts))
+            commands.append(_pod_command(moved, max_restarts, state))
             envs.append(launch._base_env(1, uuid.uuid4().hex, {k: local(v) for k, v in pod.env.items()}))
         run_id = uuid.uuid4().hex
         for env in envs:
             env[launch.RUN_MARKER] = run_id
-        result = launch.run_workers(
-            commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
-        )
+        try:
+            result = launch.run_workers(
+                commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
+            )
+        except launch.WorkerError as err:
+            raise _failed_run(err, pods, state) from None
+        failed = _job_failed(state)
     output = {p.name: w.output for p, w in zip(pods, result.workers, strict=True)}
     codes = _exit_codes(output)
-    return Rehearsal(pods, output, codes, time.monotonic() - start, "unshaped (loopback)", "loopback", why)
+    return Rehearsal(pods, output, codes, time.monotonic() - start, "unshaped (loopback)", "loopback", why, failed)
 
 
 def mpi_rank_hosts(output: str) -> dict[int, str]:
@@ -770,29 +899,240 @@ def engines(
     return pd.DataFrame(rows).set_index("engine")
 
 
-# ---- the played kubelet -----------------------------------------------------------------------------------------
+# ---- the played kubelet, and the operator's part in restarts ------------------------------------------------------
 
 BACKOFF = 1.0  # seconds before a restart (the kubelet's own back-off starts at 10 s and doubles; shortened here)
+GRACE = 5.0  # SIGTERM to SIGKILL when a pod is deleted (terminationGracePeriodSeconds, 30 s by default; shortened)
+POLL = 0.2  # how often a running pod's kubelet looks whether the operator has deleted its pod
 
 
-def _kubelet_main(policy: str, limit: int, command: list[str]) -> int:
-    """Run a pod's container command and restart it as its restartPolicy says: OnFailure restarts it after a
-    non-zero exit, Never does not (the kubelet's rule). Prints one `RESTART {json}` line per restart and ends
-    with `POD {json}`: exit codes of every run."""
-    codes: list[int] = []
-    while True:
-        code = subprocess.run(command).returncode
-        code = 128 - code if code < 0 else code  # killed by signal N: the container runtime reports 128 + N
-        codes.append(code)
-        if code == 0 or policy != "OnFailure" or len(codes) > limit:
-            break
-        print("RESTART " + json.dumps({"exit_code": code, "restarts": len(codes)}), flush=True)
-        time.sleep(BACKOFF)
-    print("POD " + json.dumps({"exit_codes": codes, "restarts": len(codes) - 1}), flush=True)
+class _JobState:
+    """The played operator's view of one job, shared by the played kubelets of its pods through a folder: the
+    container restarts of each running pod (`restarts/<pod>`), the pods that have ended (`ended/<pod>`) and the job's
+    Failed condition (`failed`)."""
+
+    def __init__(self, folder: str, pod: str):
+        self.folder, self.pod = Path(folder), pod
+        for sub in ("restarts", "ended"):
+            (self.folder / sub).mkdir(parents=True, exist_ok=True)
+
+    def failure(self) -> dict[str, str] | None:
+        try:
+            return json.loads((self.folder / "failed").read_text())
+        except FileNotFoundError:  # not failed (`fail` links the file whole)
+            return None
+
+    def fail(self, reason: str, message: str) -> None:
+        """Set the job's Failed condition; the first one stays (status.go setCondition: 'Do nothing if JobStatus
+        have failed condition')."""
+        scratch = self.folder / f".failed-{self.pod}"
+        scratch.write_text(json.dumps({"reason": reason, "message": message}))
+        try:
+            os.link(scratch, self.folder / "failed")  # atomic, and fails if another pod's failure came first
+        except FileExistsError:
+            pass
+        scratch.unlink()
+
+    def leave(self) -> None:
+        """The pod has ended (`ended/<pod>`): its restarts are no longer counted."""
+        self.running_restarts(None)
+        (self.folder / "ended" / self.pod).touch()
+
+    def wait_for_others(self, timeout: float) -> None:
+        """Wait until every pod of the job (`pods`, written by `rehearse`) has ended, or `timeout`."""
+        try:
+            pods = set(json.loads((self.folder / "pods").read_text()))
+        except FileNotFoundError:
+            return
+        end = time.monotonic() + timeout
+        while not pods <= {f.name for f in (self.folder / "ended").iterdir()} and time.monotonic() < end:
+            time.sleep(POLL / 2)
+
+    def running_restarts(self, restarts: int | None) -> int:
+        """Record this pod's container restartCount (None: the pod is no longer running) and return the sum over the
+        job's running pods, the figure PastBackoffLimit compares with backoffLimit."""
+        path = self.folder / "restarts" / self.pod
+        if restarts is None:
+            path.unlink(missing_ok=True)
+            return 0
+        scratch = path.with_name(f".{self.pod}")
+        scratch.write_text(str(restarts))
+        os.replace(scratch, path)
+        total = 0
+        for f in (self.folder / "restarts").iterdir():
+            if not f.name.startswith("."):
+                try:
+                    total += int(f.read_text() or 0)
+                except FileNotFoundError:  # that pod ended meanwhile
+                    pass
+        return total
+
+
+def _stop_container(proc: subprocess.Popen) -> int:
+    """Delete the pod of a running container: SIGTERM, SIGKILL after GRACE, and every process left in it."""
+    import psutil
+
+    try:
+        inside = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        inside = []
+    proc.terminate()
+    try:
+        code = proc.wait(GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    for child in inside:  # the container's other processes end with it
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
     return code
 
 
+def _run_container(command: list[str], job: _JobState | None) -> tuple[int, bool]:
+    """Run the container once; with `job`, stop it when the job has failed (its pod deleted). Returns the exit code
+    as the container runtime reports it (killed by signal N: 128 + N) and whether the pod was deleted."""
+    proc = subprocess.Popen(command)
+    deleted = False
+    while True:
+        try:
+            code = proc.wait(POLL if job else None)
+            break
+        except subprocess.TimeoutExpired:
+            if job.failure():
+                code, deleted = _stop_container(proc), True
+                break
+    return (128 - code if code < 0 else code), deleted
+
+
+def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[str, Any] | None = None) -> int:
+    """Run a pod's container command and restart it as the kubelet and the operator would; `limit` bounds the
+    restarts nothing in a cluster would bound. Prints one `RESTART {json}` line per restart and ends with
+    `POD {json}`: exit codes of every run. `operator` (from `_pod_command`): the pod's job, which the played
+    operator judges as a whole through a folder the job's kubelets share.
+
+    - OnFailure: the kubelet restarts a failed container in the same pod, and its restartCount grows.
+    - ExitCode (TFJob; kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/common_types.go RestartPolicyExitCode:
+      "1-127: permanent error, do not restart. 128-255: retryable error, will restart the pod"): the pod runs with
+      restartPolicy Never (tensorflow/util.go setRestartPolicy), and the operator reads the exit code of the
+      container (pkg/controller.v1/common/pod.go ReconcilePods): IsRetryableExitCode (pkg/util/train/train_util.go:
+      `exitCode >= 128`) deletes the pod and creates it again, with the same name, its restartCount back to 0;
+      otherwise the job is Failed, 'job "<name>" is failing because "<Type>" replica(s) failed.'
+    - Never (and Always, not played): a failed pod stays failed and fails the TFJob (tfjob_controller.go
+      UpdateJobStatus, "TFJob <ns>/<name> has failed because 1 <Type> replica(s) failed.").
+    - runPolicy.backoffLimit (TFJob; pkg/controller.v1/common/job.go ReconcileJobs, pkg/core/job.go
+      PastBackoffLimit): the restartCount of every running pod of the job whose replicas restart OnFailure, Always
+      or ExitCode, summed, against the limit: `>= limit` (`> 0` for 0) fails the job, "Job <name> has failed
+      because it has reached the specified backoff limit" (reason TFJobFailed). The count grows as the kubelet
+      starts a container again, so the restart that reaches the limit is cut short: its pod is deleted, and here
+      not started. ExitCode's new pods have no restarts to count; only backoffLimit 0 stops them (exceedsBackoffLimit:
+      a new failed pod while `NumRequeues + 1 > limit`, and the TFJob controller's work queue, FakeWorkQueue,
+      always answers 0 requeues).
+    - The job Failed: the operator deletes its pods unless cleanPodPolicy is None (TFJob's default; job.go
+      DeletePodsAndServices), and creates none again.
+    - An MPIJob's launcher is the pod of a batch/v1 Job (mpi-operator v0.8.0 pkg/controller/mpi_job_controller.go
+      newLauncherJob, BackoffLimit: runPolicy.backoffLimit, 6 when unset), judged as kubernetes'
+      pkg/controller/job/job_controller.go does: OnFailure, its restartCount against the limit
+      (pastBackoffLimitOnFailure, `>=`, `> 0` for 0); Never, a new pod for each failed one until more than the
+      limit have failed. Past it the Job is Failed, BackoffLimitExceeded, "Job has reached the specified backoff
+      limit", its pod deleted, and mpi-operator copies that into the MPIJob's Failed condition
+      (updateMPIJobFailedStatus, which also appends the last failed launcher pod's reason and message).
+    """
+    op = operator or {}
+    job = _JobState(op["dir"], op["pod"]) if op.get("dir") else None
+    name, rtype, backoff = op.get("job", ""), op.get("type", ""), op.get("backoffLimit")
+    batch = op.get("kind") == "MPIJob" and rtype == "Launcher"
+    deleted_on_failure = batch or op.get("cleanPodPolicy", "None") != "None"
+    if batch:
+        backoff = JOB_BACKOFF_LIMIT if backoff is None else backoff
+    codes: list[int] = []
+    restart_count = 0  # the container's restartCount in this pod (OnFailure); a pod created again starts at 0
+
+    def fail(reason: str, message: str) -> None:
+        if job is not None and (name or batch):
+            job.fail(reason, message)
+
+    def failed() -> bool:
+        return job is not None and job.failure() is not None
+
+    def past(count: int) -> bool:
+        return backoff is not None and (count > 0 if backoff == 0 else count >= backoff)
+
+    backoff_failure = (
+        ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        if batch
+        else ("TFJobFailed", f"Job {name} has failed because it has reached the specified backoff limit")
+    )
+    deleted = deleted_on_failure and failed()  # the job failed before this pod's container started
+    while not deleted:
+        code, deleted = _run_container(command, job if deleted_on_failure else None)
+        codes.append(code)
+        if code == 0 or deleted:
+            break
+        failed_before = failed()
+        if policy == "OnFailure":  # the kubelet restarts the container; the operators count its restarts
+            restart_count += 1
+            if not failed_before and backoff is not None and job is not None:
+                total = restart_count if batch else job.running_restarts(restart_count)
+                if past(total):
+                    fail(*backoff_failure)
+            # the backoff limit bounds the restarts until the job fails; after that (its pods left), only `limit`
+            bounded = backoff is not None and job is not None and not failed_before
+            if not bounded and len(codes) > limit:
+                break
+        elif policy == "ExitCode" and not batch:  # the operator's, from the exit code
+            if not failed_before:
+                if backoff == 0:
+                    fail(*backoff_failure)  # a new failed pod: exceedsBackoffLimit comes first in ReconcileJobs
+                elif code < 128:
+                    fail("TFJobFailed", f'job "{name}" is failing because "{rtype}" replica(s) failed.')
+            if code < 128 or failed() or len(codes) > limit:  # a failed job's pods are not created again
+                break
+        elif batch:  # restartPolicy Never: the Job controller creates a new pod for each failed one
+            if len(codes) > backoff:
+                fail(*backoff_failure)
+                break
+        else:  # Never (Always is not played): the pod stays failed, and so does the TFJob
+            if not failed_before:
+                namespace = op.get("namespace", "default")
+                fail(
+                    *backoff_failure
+                    if backoff == 0
+                    else ("TFJobFailed", f"TFJob {namespace}/{name} has failed because 1 {rtype} replica(s) failed.")
+                )
+            break
+        if deleted_on_failure and failed():
+            deleted = True  # the job failed: its pods are deleted (this one as its container starts again)
+            break
+        print("RESTART " + json.dumps({"exit_code": code, "restarts": len(codes)}), flush=True)
+        time.sleep(BACKOFF)
+        deleted = deleted_on_failure and failed()
+    pod: dict[str, Any] = {"exit_codes": codes, "restarts": max(0, len(codes) - 1)}
+    if deleted:
+        pod["deleted"] = True
+    print("POD " + json.dumps(pod), flush=True)
+    if job is not None:
+        job.leave()
+        if deleted_on_failure and failed():
+            # The operator deletes all the job's pods at once (DeletePodsAndServices); the rehearsal's launcher stops
+            # every pod as soon as one ends with an error, so wait for the others to be deleted and say so first.
+            job.wait_for_others(GRACE + 5)
+    return codes[-1] if codes else 0
+
+
+def _main(argv: list[str]) -> int:
+    """python -m utils.kubeflow _kubelet <restartPolicy> <max restarts> [--operator JSON] -- <command...>"""
+    if len(argv) > 3 and argv[0] == "_kubelet" and "--" in argv:
+        cut = argv.index("--")
+        options, command = argv[3:cut], argv[cut + 1 :]
+        if not options or (len(options) == 2 and options[0] == "--operator"):
+            operator = json.loads(options[1]) if options else None
+            return _kubelet_main(argv[1], int(argv[2]), command, operator)
+    sys.exit(
+        "usage: python -m utils.kubeflow _kubelet <restartPolicy> <max restarts> [--operator JSON] -- <command...>"
+    )
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 4 and sys.argv[1] == "_kubelet" and sys.argv[4] == "--":
-        sys.exit(_kubelet_main(sys.argv[2], int(sys.argv[3]), sys.argv[5:]))
-    sys.exit("usage: python -m utils.kubeflow _kubelet <restartPolicy> <max restarts> -- <command...>")
+    sys.exit(_main(sys.argv[1:]))
