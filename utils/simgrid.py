@@ -494,3 +494,104 @@ def allreduce(
         times=tuple(float(t) for t in data["times"]),
         warnings=warnings,
     )
+
+
+# --- Lesson 03's two uses: against the lab, and clusters the lab cannot build ------------------------------------
+
+
+def against_lab(lab_rows, link_checks, own_seconds) -> tuple:
+    """Simulate each allreduce the lab measured (utils.bench rows: link, link_bps, np, bytes, best_seconds) on a
+    platform of the lab's hosts, at the share of the set rate its links carried and half their median round trip
+    (`link_checks`: netlab's LinkMeasurements), with `own_seconds(n, nbytes)` of this machine's part added.
+    Returns (a table of lab, simulated and error per allreduce, {rate: share}, the last SimResult)."""
+    import pandas as pd
+
+    rows, shares, sim = [], {}, None
+    table = pd.DataFrame(lab_rows)
+    for bps, measured in table.groupby("link_bps", sort=False):
+        carried = [m for m in link_checks if m.set_bps == bps]
+        if not carried:
+            raise ValueError(f"no link check at {netlab.describe_rate(bps)}: measure the links first (Lab.measure)")
+        share = shares[measured.link.iloc[0]] = float(sum(m.ratio for m in carried) / len(carried))
+        one_way = 1e-6 * sorted(m.rtt_us for m in carried)[len(carried) // 2] / 2
+        for _, r in measured.iterrows():
+            n, size = int(r.np), int(r.bytes)
+            plat = lab_platform(n, bps, latency_s=one_way)
+            sim = allreduce(plat, n, size, repeats=1, bandwidth_factor=share)
+            own = own_seconds(n, size)
+            rows.append(
+                {
+                    "link": r.link,
+                    "N": n,
+                    "MiB": size / 2**20,
+                    "lab (ms)": 1e3 * r.best_seconds,
+                    "simulated network (ms)": 1e3 * sim.seconds,
+                    "+ this machine's part (ms)": 1e3 * own,
+                    "error": (sim.seconds + own) / r.best_seconds - 1,
+                }
+            )
+    return pd.DataFrame(rows), shares, sim
+
+
+#: What each run of `cluster_study` changes, beside the CM02 ring on the instances' platform.
+STUDY = (
+    "simulated ring (lr)",
+    "simulated two-level (smp_rsag)",
+    "simulated Rabenseifner (rab_rdb)",
+    "simulated ring, TCP's factors on the network",
+    "simulated ring, backbone 4:1",
+)
+
+
+def cluster_study(instance_type: str, gpus: list[int], nbytes: int, progress: bool = True):
+    """For each GPU count (whole instances of `instance_type`, from data/gpu_instances.csv): the formula's ring and
+    tree (utils.allreduce_model) and the STUDY runs, in ms: the ring, two-level and Rabenseifner algorithms on CM02,
+    the ring with LV08's TCP factors (latency x13.01, bandwidth x0.97) on the links between instances only, and the
+    ring under a backbone that carries a quarter of the instances' network. One line per count when `progress`."""
+    import dataclasses
+
+    import pandas as pd
+
+    from utils import allreduce_model
+
+    one = allreduce_model.topology_of(instance_type, 1)
+    rows = []
+    for n_gpus in gpus:
+        if n_gpus % one.gpus:
+            raise ValueError(f"{n_gpus} GPUs are not whole {instance_type} instances of {one.gpus} GPUs")
+        m = n_gpus // one.gpus
+        topo = allreduce_model.topology_of(instance_type, m)
+        plat = two_level_platform(
+            m, one.gpus, one.inside.bytes_per_s, one.inside.latency, one.network.bytes_per_s, one.network.latency
+        )
+        tcp = dataclasses.replace(plat, latency=13.01 * plat.latency, bandwidth=0.97 * plat.bandwidth)
+        core = dataclasses.replace(plat, backbone_bandwidth=m / 4 * one.network.bytes_per_s)
+        runs = dict(zip(STUDY, [(plat, "lr"), (plat, "smp_rsag"), (plat, "rab_rdb"), (tcp, "lr"), (core, "lr")]))
+        row = {
+            "GPUs": n_gpus,
+            "formula: ring (NCCL)": 1e3 * float(allreduce_model.allreduce_seconds(topo, nbytes)),
+            "formula: tree (NCCL)": 1e3 * float(allreduce_model.allreduce_seconds(topo, nbytes, "tree")),
+        }
+        start = time.perf_counter()
+        for label, (platform, algorithm) in runs.items():
+            row[label] = 1e3 * allreduce(platform, n_gpus, nbytes, algorithm=algorithm, repeats=1).seconds
+        rows.append(row)
+        if progress:
+            print(f"{n_gpus} GPUs simulated in {time.perf_counter() - start:.1f} s", flush=True)
+    return pd.DataFrame(rows).set_index("GPUs")
+
+
+def why_fastest(label: str, gpus: int, instances: int) -> str:
+    """Why one of cluster_study's three algorithms (its STUDY label) is the fastest on `instances` of `gpus` GPUs."""
+    n = gpus * instances
+    reasons = {
+        STUDY[0]: "its 2(N-1) steps cost less here than what the others pay",
+        STUDY[1]: f"across the instances only one rank an instance takes part, so its ring has 2(M-1) = "
+        f"{2 * (instances - 1)} steps instead of {2 * (n - 1)}",
+        STUDY[2]: f"it takes 2 log2(N) = {2 * int(math.log2(n))} steps instead of {2 * (n - 1)}, and sends slightly "
+        "fewer bytes across the network, (1 - 1/M) b instead of (1 - 1/N) b a phase (its first halving steps pair "
+        "ranks of the same instance)",
+    }
+    if label not in reasons:
+        raise ValueError(f"{label!r} is not one of the algorithms compared: {', '.join(STUDY[:3])}")
+    return reasons[label]
