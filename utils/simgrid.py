@@ -42,6 +42,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
@@ -513,7 +514,7 @@ def against_lab(lab_rows, link_checks, own_seconds) -> tuple:
         if not carried:
             raise ValueError(f"no link check at {netlab.describe_rate(bps)}: measure the links first (Lab.measure)")
         share = shares[measured.link.iloc[0]] = float(sum(m.ratio for m in carried) / len(carried))
-        one_way = 1e-6 * sorted(m.rtt_us for m in carried)[len(carried) // 2] / 2
+        one_way = 1e-6 * statistics.median(m.rtt_us for m in carried) / 2
         for _, r in measured.iterrows():
             n, size = int(r.np), int(r.bytes)
             plat = lab_platform(n, bps, latency_s=one_way)
