@@ -177,7 +177,9 @@ def _open_the_page(ui) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS)
+        # the test's own TMPDIR is too deep for Chromium's socket (Unix sockets take 108 characters): its default
+        env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+        browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS, env=env)
         try:
             page = browser.new_page()
             page.goto(ui.url + "#/experiments")  # the page polls the server: "networkidle" never comes
