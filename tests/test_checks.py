@@ -203,3 +203,16 @@ def test_warm_fraction_alone_by_hand(capsys):
 def test_a_correct_float_is_shown_to_the_precision_the_check_uses(capsys):
     assert checks.report("x", 12 * np.log(2) / np.log(10), 3.6123599479677737)
     assert capsys.readouterr().out.strip() == "[x] correct: 3.61236"
+
+
+def test_ps_rule_owner_is_read_from_the_rule_that_refuses_the_ps_replica(capsys):
+    """A PS replica in a TFJob for train_mwms.py: the webhook admits it, TensorFlow's rule refuses it."""
+    from utils import kubeflow
+
+    job = kubeflow.tfjob("exercise", chief=1, workers=2, image="img", command=["python", "train_mwms.py"])
+    assert not checks.check_ps_rule_owner(None, job)
+    assert "not answered yet" in capsys.readouterr().out
+    assert checks.check_ps_rule_owner("tensorflow", job)
+    assert "TensorFlow's MultiWorkerMirroredStrategy" in capsys.readouterr().out
+    assert not checks.check_ps_rule_owner("operator", job)
+

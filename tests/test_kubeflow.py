@@ -1,6 +1,6 @@
 """utils.kubeflow: manifests built with the SDKs, the operators' admission rules, and what the operators give
 every pod, against values worked out by hand from the operators' sources (kubeflow/trainer v1.9.4,
-kubeflow/mpi-operator v0.8.0). The jobs rehearsed on lab hosts named as their pods (a TFJob whose killed worker
+kubeflow/mpi-operator v0.8.0, rules unchanged in v0.8.2). The jobs rehearsed on lab hosts named as their pods (a TFJob whose killed worker
 is restarted and resumes; an MPIJob whose mpirun reaches the worker pods through the hostfile) are asserted where
 lesson 09 runs them, which CI executes on the lab (test_mpirun_lab checks that CI can)."""
 
@@ -43,7 +43,8 @@ def test_tfjob_is_built_by_the_sdk_and_round_trips_through_yaml():
     }
     container = specs["Worker"]["template"]["spec"]["containers"][0]
     assert container["name"] == "tensorflow" and container["image"] == IMAGE
-    assert container["command"] == MWMS and container["args"] == ["--epochs", "3"]
+    # the program goes in args: a `command` would replace the image's ENTRYPOINT (AWS's entrypoint.sh)
+    assert "command" not in container and container["args"] == MWMS + ["--epochs", "3"]
     again = kf.load_tfjob(text)  # through the SDK's models again
     assert kf.manifest(again) == kf.manifest(job)
 
@@ -140,6 +141,10 @@ def test_mpijob_hostfile_launcher_variables_and_pods():
     assert launcher.name == "hvd-launcher" and launcher.files == {"/etc/mpi/hostfile": kf.mpi_hostfile(job)}
     assert [w.name for w in workers] == ["hvd-worker-0", "hvd-worker-1"]
     assert all(w.command == ["/usr/sbin/sshd", "-De"] and w.env["K_MPI_JOB_ROLE"] == "worker" for w in workers)
+    assert launcher.command[0] == "mpirun"
+    for rtype in ("Launcher", "Worker"):  # args keep the image's ENTRYPOINT; the operator leaves args alone
+        container = job["spec"]["mpiReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]
+        assert "command" not in container and container["args"], rtype
     assert workers[1].dns[0] == "hvd-worker-1.hvd.team-a.svc"
     data = yaml.safe_load(kf.to_yaml(job))
     assert data["apiVersion"] == "kubeflow.org/v2beta1" and data["spec"]["sshAuthMountPath"] == "/root/.ssh"
@@ -382,3 +387,34 @@ def test_mpijob_launcher_is_a_batch_job_with_the_run_policys_backoff_limit(tmp_p
     assert e.value.exit_codes == {"hvd-launcher": [2, 2]}
     assert launcher.replica_type == "Launcher" and launcher.backoff_limit == 2
     assert kf.mpi_pods(_mpi())[0].backoff_limit == 6  # unset: the Job API's default
+
+
+def test_nodes_are_removed_only_when_the_gap_between_runs_exceeds_the_scale_down_delay():
+    """Cluster Autoscaler removes a node unneeded for 10 minutes (default): runs of 0.9 h every hour with 5 min of
+    start-up leave 1 min idle, so the nodes stay and cost what nodes kept running cost; runs of 0.25 h leave 40."""
+    full = kf.node_minutes(0.9, startup_minutes=5)
+    assert full["idle"] == pytest.approx(1.0) and not full["removed"] and full["billed"] == 60
+    short = kf.node_minutes(0.25, startup_minutes=5)
+    assert short["removed"] and short["billed"] == pytest.approx(5 + 15 + 10)
+    day = kf.engines(4, 0.9, startup_minutes=5)["$ a day"]
+    assert day.iloc[1] == pytest.approx(day.iloc[2])  # autoscaled = kept running for this shape
+    day = kf.engines(4, 0.25, startup_minutes=5, scale_down_minutes=10)["$ a day"]
+    assert day.iloc[1] < day.iloc[2]
+
+
+def test_the_played_kubelet_records_when_each_run_ended(tmp_path):
+    """The POD line carries one end time per run, after the run's start: what lesson 09 uses to time a failure."""
+    import time
+
+    marker = tmp_path / "failed-once"
+    program = f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); ok = p.exists(); p.touch(); sys.exit(0 if ok else 3)"
+    start = time.time()
+    done = subprocess.run(
+        [sys.executable, "-m", "utils.kubeflow", "_kubelet", "OnFailure", "3", "--", sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    pod = kf._pod_line(done.stdout)
+    assert pod["exit_codes"] == [3, 0] and len(pod["ended"]) == 2
+    assert start < pod["ended"][0] < pod["ended"][1] < time.time()

@@ -850,3 +850,30 @@ def check_tfjob(job: Any, *, chief: int = 1, workers: int = 2, run: bool = True,
         f"{'identical' if same else 'different'} weights (sizes {sorted({r['size'] for r in records})})"
     )
     return same
+
+
+def check_ps_rule_owner(answer: str | None, job: Any) -> bool:
+    """Lesson 09's exercise: whose rule refuses a PS replica added to `job` (a TFJob for train_mwms.py), "operator" or
+    "tensorflow". Judged by running the rules: the TFJob with a PS replica goes through kubeflow.check_tfjob, and the
+    expected answer is read from what refuses it (the rules kubeflow marks as TensorFlow's, or the webhook's)."""
+    from utils import kubeflow
+
+    name = "who refuses a PS replica for train_mwms.py"
+    if answer is None:
+        print(f'[{name}] not answered yet: replace None with "operator" or "tensorflow".')
+        return False
+    bad = json.loads(json.dumps(kubeflow.manifest(job)))
+    specs = bad["spec"]["tfReplicaSpecs"]
+    specs["PS"] = json.loads(json.dumps(specs.get("Worker") or next(iter(specs.values()))))
+    try:
+        kubeflow.check_tfjob(bad)
+    except kubeflow.ManifestError as err:
+        refusals = [p for p in err.problems if "[PS]" in p]
+    else:
+        refusals = []
+    if not refusals:
+        print(f"[{name}] the TFJob with a PS replica was admitted: no rule refuses it, so neither answer holds")
+        return False
+    print(f"[{name}] what refuses it: " + " | ".join(refusals))
+    owner = "tensorflow" if all("TensorFlow" in p for p in refusals) else "operator"
+    return report(name, str(answer).strip().lower(), owner, hint="read the message: whose rule does it say it is?")

@@ -3,8 +3,11 @@ rehearsed on this machine, with no cluster.
 
 - A TFJob (`kubeflow.org/v1`, Kubeflow Training Operator) for `train_mwms.py`, built with the official
   `kubeflow-training` SDK's models and helpers; an MPIJob (`kubeflow.org/v2beta1`, mpi-operator) for
-  `train_horovod.py`, built from the `kubernetes` client's models (no SDK serves v2beta1). `to_yaml` gives the
+  `train_horovod.py`, built from the `kubernetes` client's models (mpi-operator's repository has a generated SDK for
+  v2beta1, sdk/python/v2beta1, package kubeflow-mpi, but it is not on the package index). `to_yaml` gives the
   file a user would `kubectl apply`; `load_tfjob` reads one back through the SDK's models (field types checked).
+- The containers' program lines go in `args`, not `command`: `command` would replace the image's ENTRYPOINT (AWS's
+  TensorFlow images run entrypoint.sh there: telemetry, the CUDA forward-compatibility script, then `exec "$@"`).
 - `check_tfjob` and `check_mpijob`: the operators' own admission rules, with their messages (the TFJob
   webhook; the MPIJob controller's validation), plus the few rules TensorFlow itself adds, marked as such.
 - What the operators give every pod, played exactly: `tf_config` (each replica's TF_CONFIG, as the operator's
@@ -21,7 +24,9 @@ Sources (read at these tags; each function says which file):
   tensorflow_types.go and tensorflow_defaults.go (port 2222, restart policy Never by default).
 - kubeflow/mpi-operator tag v0.8.0, commit 101db144: pkg/controller/mpi_job_controller.go (the hostfile, the
   launcher's variables, sshd on workers), pkg/apis/kubeflow/validation/validation.go, pkg/apis/kubeflow/
-  v2beta1/default.go (sshAuthMountPath /root/.ssh, restart policies).
+  v2beta1/default.go (sshAuthMountPath /root/.ssh, restart policies). The current release is v0.8.2 (branch
+  release-0.8, commit caa3c47, 2 July 2026; RELEASE.md: v0.8.1's fixes to the launcher Job, shipped as v0.8.2);
+  its diff from v0.8.0 leaves these files' rules unchanged (the hostfile lines only rewritten with Fprintf).
 - The played operator's restarts and failures (`_kubelet_main`): kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/
   common_types.go (RestartPolicyExitCode), pkg/util/train/train_util.go (IsRetryableExitCode), pkg/controller.v1/
   common/pod.go (ReconcilePods), pkg/controller.v1/common/job.go (ReconcileJobs, DeletePodsAndServices),
@@ -43,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 TRAINER = "kubeflow/trainer v1.9.4"
-MPI_OPERATOR = "kubeflow/mpi-operator v0.8.0"
+MPI_OPERATOR = "kubeflow/mpi-operator v0.8.2"  # rules read at v0.8.0, unchanged in v0.8.2
 TF_CONTAINER = "tensorflow"  # the container the operator sets TF_CONFIG in (constants.TFJOB_CONTAINER)
 TF_PORT_NAME, TF_PORT = "tfjob-port", 2222  # tensorflow_types.go: TFJobDefaultPortName, TFJobDefaultPort
 TF_TYPES = {"ps": "PS", "worker": "Worker", "chief": "Chief", "master": "Master", "evaluator": "Evaluator"}
@@ -54,6 +59,10 @@ CODE_IN_IMAGE = "/opt/course"  # where the job's image holds the course's code (
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 JOB_BACKOFF_LIMIT = 6  # a batch/v1 Job's backoffLimit when unset (kubernetes pkg/apis/batch/v1/defaults.go)
 POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")  # what the API server accepts in a pod (core/v1 validation)
+SSHD = ["/usr/sbin/sshd", "-De"]  # an MPIJob worker's program (mpi_job_controller.go newWorker)
+# Cluster Autoscaler removes a node once it has been unneeded this long (--scale-down-unneeded-time's default;
+# kubernetes/autoscaler cluster-autoscaler/FAQ.md, "How does scale-down work?": "unneeded for more than 10 minutes").
+SCALE_DOWN_UNNEEDED_MINUTES = 10.0
 
 
 class ManifestError(ValueError):
@@ -84,6 +93,8 @@ def tfjob(
 ):
     """A TFJob as the kubeflow-training SDK builds one (utils.get_container_spec, get_pod_template_spec,
     get_tfjob_template): one container named `tensorflow`, the same pod template for every replica type.
+    `command` + `args` become the container's `args`, so the image's ENTRYPOINT still runs first and executes them
+    (a `command:` would replace it: Kubernetes, "Define a Command and Arguments for a Container").
     `checkpoints`: a PersistentVolumeClaim (shared by every pod, e.g. on Amazon EFS) mounted at /mnt/checkpoints."""
     from kubeflow.training.utils import utils as sdk
     from kubernetes import client
@@ -92,8 +103,7 @@ def tfjob(
     container = sdk.get_container_spec(
         name=TF_CONTAINER,
         base_image=image,
-        command=command,
-        args=args,
+        args=[*command, *(args or [])],  # not `command`, which would replace the image's ENTRYPOINT
         resources=resources or None,
         env_vars={"PYTHONPATH": CODE_IN_IMAGE, "PYTHONUNBUFFERED": "1"},
         volume_mounts=[client.V1VolumeMount(name="checkpoints", mount_path=CHECKPOINTS)] if checkpoints else None,
@@ -125,8 +135,10 @@ def mpijob(
     clean_pod_policy: str = "Running",
 ) -> dict[str, Any]:
     """An MPIJob v2beta1 for Horovod: a launcher that runs `command` (an mpirun line) and workers that run
-    sshd (the operator's default when a worker's container has no command). There is no SDK for v2beta1: the
-    pod templates are the kubernetes client's models; the rest follows the CRD."""
+    `/usr/sbin/sshd -De`, both as the container's `args`, so that the image's ENTRYPOINT runs first. (The operator
+    itself gives a worker `command: [/usr/sbin/sshd, -De]` only when its container has neither command nor args,
+    newWorker, and that command would replace the ENTRYPOINT.) mpi-operator's own v2beta1 SDK (kubeflow-mpi) is not
+    on the package index: the pod templates are the kubernetes client's models; the rest follows the CRD."""
     from kubernetes import client
 
     def template(container) -> dict[str, Any]:
@@ -134,8 +146,8 @@ def mpijob(
         return client.ApiClient().sanitize_for_serialization(pod)
 
     env = [client.V1EnvVar(name="PYTHONPATH", value=CODE_IN_IMAGE)]
-    launcher = client.V1Container(name="launcher", image=image, command=command, env=env, working_dir=CODE_IN_IMAGE)
-    worker = client.V1Container(name="worker", image=image, env=env, working_dir=CODE_IN_IMAGE)
+    launcher = client.V1Container(name="launcher", image=image, args=command, env=env, working_dir=CODE_IN_IMAGE)
+    worker = client.V1Container(name="worker", image=image, args=SSHD, env=env, working_dir=CODE_IN_IMAGE)
     return {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -523,7 +535,7 @@ def mpi_pods(job: dict[str, Any]) -> list[Pod]:
                 files[MPI_HOSTFILE] = mpi_hostfile(m)
             else:
                 env["K_MPI_JOB_ROLE"] = "worker"
-                command = command or ["/usr/sbin/sshd", "-De"]
+                command = command or SSHD
             pods.append(
                 Pod(
                     name=pod,
@@ -567,6 +579,11 @@ class Rehearsal:
     def restarts(self) -> dict[str, int]:
         return {name: max(0, len(codes) - 1) for name, codes in self.exit_codes.items()}
 
+    @property
+    def ended(self) -> dict[str, list[float]]:
+        """When each run of each pod's container ended (time.time(), as the played kubelet saw its process end)."""
+        return {name: _pod_line(text).get("ended", []) for name, text in self.output.items()}
+
     def records(self, prefix: str = "RESULT ") -> list[dict[str, Any]]:
         """The JSON lines (`RESULT {...}`) the pods' programs printed, in the pods' order."""
         from utils import launch
@@ -579,13 +596,15 @@ class Rehearsal:
         return found
 
 
+def _pod_line(text: str) -> dict[str, Any]:
+    """The played kubelet's last `POD {json}` line in a pod's output, or {}."""
+    last = [ln for ln in text.splitlines() if ln.startswith("POD ")]
+    return json.loads(last[-1][4:]) if last else {}
+
+
 def _exit_codes(output: dict[str, str]) -> dict[str, list[int]]:
     """Each pod's exit codes, one per run of its container, from the played kubelet's last `POD {json}` line."""
-    codes = {}
-    for name, text in output.items():
-        last = [ln for ln in text.splitlines() if ln.startswith("POD ")]
-        codes[name] = json.loads(last[-1][4:])["exit_codes"] if last else []
-    return codes
+    return {name: _pod_line(text).get("exit_codes", []) for name, text in output.items()}
 
 
 def local_command(command: list[str]) -> list[str]:
@@ -840,6 +859,23 @@ def prices() -> dict[str, float]:
     return out
 
 
+def node_minutes(
+    hours_per_run: float,
+    runs_per_day: int = 24,
+    startup_minutes: float = 0.0,
+    scale_down_minutes: float = SCALE_DOWN_UNNEEDED_MINUTES,
+) -> dict[str, float | bool]:
+    """What an autoscaler that removes a node once it has been unneeded `scale_down_minutes` does to a job's nodes
+    between runs: the minutes between one run's end and the next run's nodes starting (`idle`), whether the nodes
+    are removed in them (`removed`: idle longer than the delay), and the node-minutes billed per run (`billed`:
+    start-up, the run and the delay; the whole period when they are not removed). Node deletion time not counted."""
+    period = 24 * 60 / runs_per_day
+    idle = period - hours_per_run * 60 - startup_minutes
+    removed = idle > scale_down_minutes
+    billed = startup_minutes + hours_per_run * 60 + scale_down_minutes if removed else period
+    return {"period": period, "idle": idle, "removed": removed, "billed": billed}
+
+
 def engines(
     instances: int,
     hours_per_run: float,
@@ -847,19 +883,23 @@ def engines(
     runs_per_day: int = 24,
     startup_minutes: float = 0.0,
     system_node: str = "m5.xlarge",
+    scale_down_minutes: float = SCALE_DOWN_UNNEEDED_MINUTES,
 ):
     """A day of an hourly job of `instances` × `instance` running `hours_per_run` each time, on three engines,
     priced from the data files (a pandas DataFrame; NaN where no sourced price exists). An EKS cluster also keeps
     one `system_node` up for CoreDNS, the operators and the autoscaler; nodes started for each run are billed for
-    `startup_minutes` more (joining the cluster, pulling the image). Not priced: EFS storage and throughput, data
-    transfer (a NAT gateway for image pulls), SageMaker's own start-up."""
+    `startup_minutes` more (joining the cluster, pulling the image), and stay until the autoscaler has seen them
+    unneeded for `scale_down_minutes` (`node_minutes`; Cluster Autoscaler's default 10), or for the whole day when
+    the gap between runs is shorter than that. Not priced: EFS storage and throughput, data transfer (a NAT gateway
+    for image pulls), SageMaker's own start-up, a node's deletion time."""
     import pandas as pd
 
     p = prices()
     ml, ec2, eks = p[f"ml.{instance}"], p[f"ec2 {instance}"], p["eks control plane (standard support)"]
     eks += p[f"ec2 {system_node}"]  # the cluster's always-on part: control plane and one system node
     busy = instances * hours_per_run * runs_per_day  # instance-hours of training a day
-    started = instances * startup_minutes / 60 * runs_per_day  # node-hours a day spent starting
+    nodes = node_minutes(hours_per_run, runs_per_day, startup_minutes, scale_down_minutes)
+    autoscaled = instances * nodes["billed"] / 60 * runs_per_day  # node-hours a day: start-up, run, scale-down delay
     rows = [
         {
             "engine": "SageMaker training jobs",
@@ -870,10 +910,10 @@ def engines(
             "change to the course's scripts": "none (lesson 07)",
         },
         {
-            "engine": "EKS + Kubeflow, nodes scaled to zero between runs",
-            "$ a day": (busy + started) * ec2 + 24 * eks,
+            "engine": "EKS + Kubeflow, autoscaler removing idle nodes",
+            "$ a day": autoscaled * ec2 + 24 * eks,
             "$ a day while idle": 24 * eks,
-            "the team operates": "the cluster, node groups, autoscaler, Training Operator, mpi-operator, upgrades",
+            "the team operates": "the cluster, node groups, autoscaler, Training Operator (its MPIJob off), mpi-operator, upgrades",
             "spot": "spot node groups; a reclaimed node's pods are created again on a new node (minutes), and "
             "resume from checkpoints on a shared volume",
             "change to the course's scripts": "none: TF_CONFIG from the operator; the TFJob and MPIJob manifests",
@@ -893,7 +933,7 @@ def engines(
             "the team operates": "the cluster's software and jobs; AWS watches and replaces failed nodes",
             "spot": "not covered here (no sourced HyperPod price in data/ either)",
             "change to the course's scripts": "Slurm: srun or mpirun lines; EKS: the TFJob and MPIJob of this lesson "
-            "(its Helm chart installs the Training Operator), and the EKS control-plane fee",
+            "(its Helm chart installs the Training Operator, MPIJob off, and mpi-operator), and the EKS control-plane fee",
         },
     ]
     return pd.DataFrame(rows).set_index("engine")
@@ -1047,6 +1087,7 @@ def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[st
     if batch:
         backoff = JOB_BACKOFF_LIMIT if backoff is None else backoff
     codes: list[int] = []
+    ended: list[float] = []  # when each run ended (time.time(): one clock for every lab host on this machine)
     restart_count = 0  # the container's restartCount in this pod (OnFailure); a pod created again starts at 0
 
     def fail(reason: str, message: str) -> None:
@@ -1068,6 +1109,7 @@ def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[st
     while not deleted:
         code, deleted = _run_container(command, job if deleted_on_failure else None)
         codes.append(code)
+        ended.append(time.time())
         if code == 0 or deleted:
             break
         failed_before = failed()
@@ -1108,7 +1150,7 @@ def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[st
         print("RESTART " + json.dumps({"exit_code": code, "restarts": len(codes)}), flush=True)
         time.sleep(BACKOFF)
         deleted = deleted_on_failure and failed()
-    pod: dict[str, Any] = {"exit_codes": codes, "restarts": max(0, len(codes) - 1)}
+    pod: dict[str, Any] = {"exit_codes": codes, "ended": ended, "restarts": max(0, len(codes) - 1)}
     if deleted:
         pod["deleted"] = True
     print("POD " + json.dumps(pod), flush=True)
