@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
 
 import nbformat
 import psutil
@@ -12,7 +14,8 @@ import pytest
 import zmq
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from utils import execution, processes
+from utils import course, execution, processes
+from utils.paths import REPO_ROOT
 
 
 def write(folder, name, *cells):
@@ -130,7 +133,10 @@ def test_a_lesson_edited_while_it_runs_leaves_a_copy_that_is_not_current(lessons
     assert not execution.is_current("c.ipynb", "smoke", out, src)
 
 
-def test_two_at_a_time_the_measuring_lessons_run_alone_and_a_failure_is_named(lessons, capsys):
+def test_make_tests_stage_runs_the_measuring_lessons_alone_then_two_at_a_time_through_nbmake(lessons):
+    """The notebook stage of `make test` (tools/run_tests.sh notebooks: `pytest --nbmake`) on four small lessons:
+    one named as a lesson that measures runs with nothing beside it, the other two overlap, a failing one is named
+    with its cell, and every copy is kept with whether it shared the machine."""
     src, out = lessons
     times = src.parent / "times"
     times.mkdir()
@@ -141,20 +147,29 @@ def test_two_at_a_time_the_measuring_lessons_run_alone_and_a_failure_is_named(le
     # named as a lesson that measures (execution.MEASURING), and three that do not
     for name in ("03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb"):
         write(src, name, new_code_cell(record.format(t=times, name=name)))
-    write(src, "07_c.ipynb", new_code_cell("raise ValueError('no data')"))
-    names = ["03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb", "07_c.ipynb"]
-    assert execution.schedule(names, 1, "smoke") == [[n] for n in names]
-    assert execution.schedule(names, 2, "smoke")[0] == ["03_allreduce_cost.ipynb"]
-    for lesson in ("04_horovod.ipynb", "08_capstone.ipynb"):  # a verdict on measured rounds in full mode only
-        assert execution.schedule([lesson, *names[1:]], 2, "full")[0] == [lesson]
-        assert [lesson] not in execution.schedule([lesson, *names[1:]], 2, "smoke")
-    code = execution.main(["--mode", "smoke", "--jobs", "2", "--source", str(src), "--folder", str(out), *names])
-    assert code == 1
-    assert "07_c.ipynb, cell 1 (id" in capsys.readouterr().err
+    write(src, "07_c.ipynb", new_code_cell("x = 1"), new_code_cell("raise ValueError('no data')"))
+    env = {**os.environ, "NOTEBOOK_DIR": str(src), "COURSE_EXECUTED": str(out), "NOTEBOOK_JOBS": "2"}
+    done = subprocess.run(
+        ["bash", "tools/run_tests.sh", "notebooks"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=280
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAILED" in done.stdout and "07_c.ipynb" in done.stdout and "ValueError: no data" in done.stdout
+    assert "raise ValueError('no data')" in done.stdout  # nbmake shows the failing cell
     spans = {p.name: tuple(map(float, p.read_text().split())) for p in times.iterdir()}
     overlap = lambda a, b: spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
     assert overlap("05_a.ipynb", "06_b.ipynb"), "the two lessons that do not measure ran one after the other"
     assert not overlap("03_allreduce_cost.ipynb", "05_a.ipynb") and not overlap("03_allreduce_cost.ipynb", "06_b.ipynb")
-    assert all(execution.is_current(n, "smoke", out, src) for n in names[:3])
-    shared = {n: nbformat.read(out / "smoke" / n, as_version=4).metadata["course_run"]["shared"] for n in names[:3]}
+    names = ["03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb"]
+    assert all(execution.is_current(n, "smoke", out, src) for n in names)
+    assert not execution.is_current("07_c.ipynb", "smoke", out, src) and (out / "smoke" / "07_c.ipynb").is_file()
+    shared = {n: nbformat.read(out / "smoke" / n, as_version=4).metadata["course_run"]["shared"] for n in names}
     assert shared == {"03_allreduce_cost.ipynb": False, "05_a.ipynb": True, "06_b.ipynb": True}
+
+
+def test_the_order_puts_the_measuring_lessons_first_then_the_longest():
+    names = ["00_start_here.ipynb", "04_horovod.ipynb", "03_allreduce_cost.ipynb", "01_why_distributed.ipynb"]
+    seconds = {r["notebook"]: float(r["seconds"]) for r in course.read_durations() if r["mode"] == "smoke"}
+    smoke = execution.order(names, "smoke")
+    assert smoke[0] == "03_allreduce_cost.ipynb"
+    assert [seconds[n] for n in smoke[1:]] == sorted((seconds[n] for n in smoke[1:]), reverse=True)
+    assert set(execution.order(names, "full")[:2]) == {"03_allreduce_cost.ipynb", "04_horovod.ipynb"}

@@ -177,8 +177,11 @@ def _open_the_page(ui) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        # the test's own TMPDIR is too deep for Chromium's socket (Unix sockets take 108 characters): its default
+        # the test's own TMPDIR is too deep for Chromium's socket (Unix sockets take 108 characters): the test run's
+        # own temporary folder (tools/run_tmpdir.sh), else the system's
         env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+        if os.environ.get("COURSE_RUN_TMPDIR"):
+            env["TMPDIR"] = os.environ["COURSE_RUN_TMPDIR"]
         browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS, env=env)
         try:
             page = browser.new_page()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the course's tests in .venv: the unit tests, then every notebook executed top to bottom
-# in smoke mode (COURSE_SMOKE=1), its executed copy kept in build/executed/smoke (utils/execution.py).
+# Runs the course's tests in .venv: the unit tests, then every notebook executed top to bottom through nbmake
+# in smoke mode (COURSE_SMOKE=1), its executed copy kept in build/executed/smoke (utils/nbmake_plugin.py).
 # Bounded per test, per notebook cell, and as a whole run.
 #   bash tools/run_tests.sh [all|lint|unit|notebooks]
 # Budgets (seconds) can be changed with TEST_BUDGET (whole run) and CELL_BUDGET (one cell); TEST_WORKERS
@@ -10,6 +10,8 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo" || exit 1
 # shellcheck source=tools/portable.sh
 . "$repo/tools/portable.sh"
+# shellcheck source=tools/run_tmpdir.sh
+. "$repo/tools/run_tmpdir.sh"
 what="${1:-all}"
 py="$repo/.venv/bin/python"
 export COURSE_SMOKE=1
@@ -26,8 +28,11 @@ export COURSE_TEST_SESSION="test-$$-$start"
 # shellcheck disable=SC2329  # called by the trap below
 stop_leftovers() {
   "$py" -m utils.processes stop COURSE_TEST_SESSION "$COURSE_TEST_SESSION" || true
+  run_tmpdir_close >/dev/null 2>&1 || true  # a run stopped early: its temporary folder goes too
 }
 trap stop_leftovers EXIT
+# Every process of the run makes its temporary files in a folder of the run's own (tools/run_tmpdir.sh).
+run_tmpdir_open || { echo "[test] ERROR: could not make a temporary folder in ${TMPDIR:-/tmp}" >&2; exit 1; }
 
 # within_budget COMMAND...: run COMMAND with what is left of the whole run's budget; stop it when that is spent.
 within_budget() {
@@ -106,15 +111,27 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   stage_done "unit tests"
 fi
 if [ "$what" = all ] || [ "$what" = notebooks ]; then
-  # Two lessons at a time (NOTEBOOK_JOBS): most of them keep one core busy, not two; the lessons whose verdicts
-  # or asserts rest on times they measure (utils.execution.MEASURING, by mode) still run with nothing beside them.
+  # Every lesson executed through nbmake (`pytest --nbmake`, with the course's plugin utils/nbmake_plugin.py), once:
+  # the lessons whose verdicts or asserts rest on times they measure (utils.execution.MEASURING, by mode; marked
+  # `alone`) first, one at a time with nothing beside them; then the others NOTEBOOK_JOBS at a time (default 2:
+  # most of them keep one core busy, not two), longest first. NOTEBOOK_DIR and COURSE_EXECUTED change where the
+  # lessons are read from and where their executed copies go.
   jobs="${NOTEBOOK_JOBS:-2}"
-  echo "[test] notebooks (COURSE_SMOKE=1), each executed top to bottom, $jobs at a time; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
-  export COURSE_SOLUTIONS=run  # every %%solution cell runs, so that CI checks each solution
+  lessons="${NOTEBOOK_DIR:-notebooks}"
+  echo "[test] notebooks in $lessons (COURSE_SMOKE=1), through nbmake, the measuring ones alone, then $jobs at a time; at most $CELL_BUDGET s a cell (CELL_BUDGET)"
   # The executed copies stay in build/executed/smoke: the website (make site) and the JupyterLab check
   # (make lab-check) read them instead of executing the lessons again.
-  within_budget "$py" -m utils.execution --mode smoke --cell-timeout "$CELL_BUDGET" --jobs "$jobs" || rc=1
+  nbmake=(--nbmake "$lessons" -p utils.nbmake_plugin -p no:cacheprovider --nbmake-timeout "$CELL_BUDGET"
+    --nbmake-kernel python3 --executed-copies "${COURSE_EXECUTED:-$repo/build/executed}" -v --no-header)
+  # (pytest exits 5 when no lesson of the folder is one that measures: nothing to run alone)
+  within_budget "$py" -m pytest "${nbmake[@]}" -m alone
+  case $? in 0 | 5) ;; *) rc=1 ;; esac
+  parallel=()
+  [ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist load)
+  run "${nbmake[@]}" -m "not alone" "${parallel[@]}" || rc=1
   stage_done notebooks
 fi
+"$py" -m utils.processes stop COURSE_TEST_SESSION "$COURSE_TEST_SESSION" || true
+run_tmpdir_close || rc=1
 echo "[test] finished in $(( $(date +%s) - start )) s"
 exit $rc

@@ -1,7 +1,8 @@
-"""Execute lessons and keep the executed copies: the notebook tests write them, the website and the
-JupyterLab check read them, so that a CI run executes each lesson once.
+"""Execute lessons through nbmake and keep the executed copies: the notebook tests write them (`pytest --nbmake
+notebooks/`, with utils.nbmake_plugin), the website and the JupyterLab check read them, so that a CI run executes
+each lesson once.
 
-    python -m utils.execution --mode smoke --cell-timeout 300              # every lesson
+    python -m utils.execution --mode smoke --cell-timeout 300              # every lesson, one after the other
     python -m utils.execution --mode smoke 08_capstone.ipynb               # one lesson
 
 A copy lives in build/executed/<mode>/<lesson>.ipynb. Its metadata (`course_build`) holds the mode and the
@@ -13,6 +14,7 @@ took (the website says so on each page). The notebooks in git stay without outpu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import re
@@ -21,14 +23,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import nbformat
+from nbmake import nb_result, nb_run
+
 from utils import course, envinfo, processes
 from utils.paths import NOTEBOOKS, REPO_ROOT
 
 #: Where executed copies are kept, one folder per mode.
 EXECUTED = REPO_ROOT / "build" / "executed"
 MODES = ("smoke", "full")
-#: Lessons whose verdicts or asserts rest on times they measure, by mode: `--jobs 2` executes them with no other
-#: lesson beside them. Lesson 03's fits refuse allreduce times that do not grow with size. In full mode, lesson
+#: Lessons whose verdicts or asserts rest on times they measure, by mode: a run of several lessons at a time
+#: (tools/run_tests.sh: `pytest --nbmake -n 2`) executes them first, with no other lesson beside them. Lesson 03's fits refuse allreduce times that do not grow with size. In full mode, lesson
 #: 04's scaling efficiency and the capstone's calibration decide their verdicts on their measured rounds. A smoke
 #: run measures one round (steady.rounds), so there the verdicts use the recorded figures
 #: (data/reference_figures.csv) whoever shares the machine; lesson 04's asserts on which of four parts binds each
@@ -39,8 +44,6 @@ MEASURING = {
     "smoke": frozenset({"03_allreduce_cost.ipynb"}),
     "full": frozenset({"03_allreduce_cost.ipynb", "04_horovod.ipynb", "08_capstone.ipynb"}),
 }
-#: Set for a lesson executed beside others (`--jobs 2`): its copy's `course_run` says so (`shared`).
-SHARED_VAR = "COURSE_SHARED_MACHINE"
 #: Every process a lesson's kernel starts inherits this mark; whatever still carries it when the lesson ends
 #: (workers of a cell stopped at its time limit) is stopped before the next lesson starts.
 MARK = "COURSE_LESSON_RUN"
@@ -99,6 +102,96 @@ def is_current(notebook: str, mode: str, folder: Path = EXECUTED, source_dir: Pa
     return meta.get("course_build") == stamp(source_dir / notebook, mode) and "course_run" in meta
 
 
+class LessonRun(nb_run.NotebookRun):
+    """nbmake's run of one notebook (`nbmake.nb_run.NotebookRun`: a fresh kernel, the notebook's folder as working
+    folder, a time limit per cell, the failing cell found), with the kernel manager's settings of kernel_config():
+    nbmake builds its nbclient `NotebookClient` with no configuration, so the class it builds is replaced for the
+    length of one run by one that passes ours."""
+
+    def execute(self) -> nb_result.NotebookResult:
+        from nbclient import NotebookClient
+
+        config = kernel_config()
+
+        class ConfiguredClient(NotebookClient):
+            def __init__(self, nb, **kwargs):
+                super().__init__(nb, config=config, **kwargs)
+
+        original, nb_run.NotebookClient = nb_run.NotebookClient, ConfiguredClient
+        try:
+            return super().execute()
+        finally:
+            nb_run.NotebookClient = original
+
+
+@contextlib.contextmanager
+def lesson_environment(notebook: str, mode: str):
+    """The variables a lesson's kernel inherits for one run (nbmake starts the kernel with this process's
+    environment): the mode, every %%solution cell run, no CUDA-probe lines, and a MARK its processes carry, so that
+    what it leaves running is stopped when it ends. Yields the mark; the environment is restored afterwards."""
+    values = {
+        "COURSE_SMOKE": "1" if mode == "smoke" else "0",
+        "COURSE_SOLUTIONS": "run",  # every %%solution cell runs, so that each solution is checked
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        MARK: f"{notebook}:{os.getpid()}:{time.time_ns()}",
+    }
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield values[MARK]
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run(
+    source: Path,
+    mode: str,
+    *,
+    cell_timeout: int = 1800,
+    kernel: str | None = "python3",
+    folder: Path = EXECUTED,
+    shared: bool = False,
+) -> tuple[nb_result.NotebookResult, float]:
+    """Execute the lesson `source` top to bottom through nbmake (LessonRun) in `mode` and write its executed copy;
+    return nbmake's result and the seconds it took. A failed run's copy is written up to the cell that failed and
+    marked so that it is never reused (its error names that cell)."""
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} does not exist: give a lesson's file name from {source.parent}")
+    notebook = source.name
+    built = stamp(source, mode)  # the code as it was read: an edit during the run must not make this copy current
+    with lesson_environment(notebook, mode) as mark:
+        start = time.perf_counter()
+        try:
+            result = LessonRun(source, cell_timeout, kernel=kernel).execute()
+        finally:
+            stop_leftovers(notebook, mark)
+        seconds = time.perf_counter() - start
+    nb = result.nb
+    dest = copy_path(notebook, mode, folder)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if result.error is None:
+        nb.metadata["course_build"] = built
+        nb.metadata["course_run"] = run_record(mode, seconds, shared)
+    else:
+        nb.metadata["course_build"] = f"failed:{built}"
+        error = result.error
+        summary = _ANSI.sub("", error.summary).strip()
+        if "timed out" in summary:
+            summary = f"it ran past the limit of {cell_timeout} s for one cell"
+        where = f"cell {error.failing_cell_index + 1} of {len(nb.cells)}" if error.failing_cell_index >= 0 else "a cell"
+        error.summary = summary
+        error.trace = (
+            f"{notebook}: {where} failed: {summary}\n{_ANSI.sub('', error.trace).strip()}\n"
+            f"The copy executed up to that cell: {dest}"
+        )
+    nbformat.write(nb, dest)
+    return result, seconds
+
+
 def execute(
     notebook: str,
     mode: str,
@@ -106,57 +199,27 @@ def execute(
     cell_timeout: int = 1800,
     folder: Path = EXECUTED,
     source_dir: Path = NOTEBOOKS,
+    shared: bool = False,
 ) -> float:
     """Execute a lesson top to bottom in a fresh kernel (its working folder: the notebook's own) and write the
     executed copy; return the seconds it took. Raise LessonFailed naming the cell that failed or ran past
     cell_timeout seconds; the copy is then written up to that cell and marked so that it is never reused."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError
-
     source = source_dir / notebook
     if not source.is_file():
         raise FileNotFoundError(f"{source} does not exist: give a lesson's file name from {source_dir}")
-    nb = nbformat.read(source, as_version=4)
-    built = stamp(source, mode)  # the code as it was read: an edit during the run must not make this copy current
-    current = {"index": 0}
-
-    def on_cell_execute(cell, cell_index: int) -> None:
-        current["index"] = cell_index
-
-    client = NotebookClient(
-        nb, timeout=cell_timeout, kernel_name="python3", on_cell_execute=on_cell_execute, config=kernel_config()
-    )
-    env = {**os.environ, "COURSE_SMOKE": "1" if mode == "smoke" else "0"}
-    env["COURSE_SOLUTIONS"] = "run"  # every %%solution cell runs, so that each solution is checked
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no CUDA-probe lines in the outputs
-    env[MARK] = f"{notebook}:{os.getpid()}:{time.time_ns()}"
-    dest = copy_path(notebook, mode, folder)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    try:
-        client.execute(cwd=str(source.parent), env=env)
-    except (CellExecutionError, CellTimeoutError) as err:
-        stop_leftovers(notebook, env[MARK])
-        nb.metadata["course_build"] = f"failed:{built}"
-        nbformat.write(nb, dest)
-        index = current["index"]
-        cell = nb.cells[index]
-        if isinstance(err, CellTimeoutError):
-            summary = f"it ran past the limit of {cell_timeout} s for one cell"
-        else:
-            summary = f"{err.ename}: {_ANSI.sub('', str(err.evalue))}"
-        detail = _ANSI.sub("", str(err)).strip()
-        raise LessonFailed(notebook, index, len(nb.cells), cell.get("id", "?"), summary, detail, dest) from None
-    seconds = time.perf_counter() - start
-    stop_leftovers(notebook, env[MARK])
-    nb.metadata["course_build"] = built
-    nb.metadata["course_run"] = run_record(mode, seconds)
-    nbformat.write(nb, dest)
+    result, seconds = run(source, mode, cell_timeout=cell_timeout, folder=folder, shared=shared)
+    error = result.error
+    if error is not None:
+        index, cells = error.failing_cell_index, result.nb.cells
+        cell_id = cells[index].get("id", "?") if 0 <= index < len(cells) else "?"
+        trace = error.trace.split("\n", 1)[1].rsplit("\n", 1)[0]  # without the header and the copy's path
+        raise LessonFailed(
+            notebook, index, len(cells), cell_id, error.summary, trace, copy_path(notebook, mode, folder)
+        )
     return seconds
 
 
-def run_record(mode: str, seconds: float) -> dict[str, str | float | bool]:
+def run_record(mode: str, seconds: float, shared: bool = False) -> dict[str, str | float | bool]:
     """What an executed copy says of its run: the mode, the machine, the TensorFlow version, the date, the time,
     and whether another lesson ran beside it."""
     cpu = envinfo.cpu_info()
@@ -166,7 +229,7 @@ def run_record(mode: str, seconds: float) -> dict[str, str | float | bool]:
         "tensorflow": envinfo.versions()["TensorFlow"] or "not installed",
         "date": dt.date.today().isoformat(),
         "seconds": round(seconds, 1),
-        "shared": os.environ.get(SHARED_VAR) == "1",  # executed beside another lesson: its time is not its own
+        "shared": shared,  # executed beside another lesson: its time is not its own
     }
 
 
@@ -198,57 +261,12 @@ def ensure(
     return copy_path(notebook, mode, folder), seconds
 
 
-def schedule(names: list[str], jobs: int, mode: str) -> list[list[str]]:
-    """The order of a run of `jobs` lessons at a time in `mode`: each lesson in MEASURING[mode] alone, first; then
-    the others, longest first by their measured durations in that mode, each starting as soon as a slot is free.
-    Returns the groups as they are started: a one-lesson group runs alone, the lessons of a larger group share the
-    machine."""
-    if jobs <= 1:
-        return [[name] for name in names]
-    measuring = MEASURING[mode]
-    alone = [[name] for name in names if name in measuring]
+def order(names: list[str], mode: str) -> list[str]:
+    """The order a run executes lessons in: those in MEASURING[mode] first (a run of several at a time gives them
+    the machine alone: utils.nbmake_plugin), then the others, longest first by their measured durations in that mode,
+    so that two at a time end close together."""
     seconds = {r["notebook"]: float(r["seconds"]) for r in course.read_durations() if r["mode"] == mode}
-    rest = sorted((n for n in names if n not in measuring), key=lambda n: -seconds.get(n, 0.0))
-    return alone + ([rest] if rest else [])
-
-
-def _run_group(
-    group: list[str], jobs: int, mode: str, cell_timeout: int, folder: Path, source: Path
-) -> dict[str, tuple[str | None, float]]:
-    """Execute a group of lessons, at most `jobs` at a time, each in its own process (`python -m utils.execution`);
-    print each one's output when it ends. Returns {lesson: (None if it passed, else its failure in one line,
-    seconds)}."""
-    import subprocess
-    import tempfile
-
-    results: dict[str, tuple[str | None, float]] = {}
-    waiting, running = list(group), []
-    with tempfile.TemporaryDirectory(prefix="course-lessons-") as logs:
-        while waiting or running:
-            while waiting and len(running) < jobs:
-                name = waiting.pop(0)
-                log = open(Path(logs) / f"{name}.log", "w+")  # closed when the lesson ends
-                command = [sys.executable, "-m", "utils.execution", "--mode", mode, "--cell-timeout", str(cell_timeout)]
-                command += ["--folder", str(folder), "--source", str(source), name]
-                env = {**os.environ, SHARED_VAR: "1"} if len(group) > 1 else None  # said in the copy's course_run
-                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env)
-                running.append((name, proc, log, time.perf_counter()))
-                print(f"[notebooks] {name} ({mode}) started beside {len(running) - 1} other(s) ...", flush=True)
-            time.sleep(0.5)
-            for entry in [e for e in running if e[1].poll() is not None]:
-                name, proc, log, began = entry
-                running.remove(entry)
-                log.seek(0)
-                output = log.read()
-                log.close()
-                # the lesson's own lines; its one-lesson summary is left out (the run's summary follows at the end)
-                summary = output.find("[notebooks] durations")
-                output = output[:summary] if summary >= 0 and proc.returncode == 0 else output
-                print(output, end="" if output.endswith("\n") else "\n", flush=True)
-                failed = [ln for ln in output.splitlines() if ln.startswith(f"  {name}, cell ")]
-                failure = failed[0].strip() if failed else f"{name}: exit {proc.returncode}"
-                results[name] = (None if proc.returncode == 0 else failure, time.perf_counter() - began)
-    return results
+    return sorted(names, key=lambda n: (n not in MEASURING[mode], -seconds.get(n, 0.0)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -258,12 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=int, default=1800, help="seconds one cell may run")
     parser.add_argument("--folder", type=Path, default=EXECUTED, help="where the executed copies go")
     parser.add_argument("--source", type=Path, default=NOTEBOOKS, help="the folder of the lessons")
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="lessons executed at a time (default 1, in order); with 2, the lessons in MEASURING[mode] still run alone",
-    )
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: every lesson)")
     args = parser.parse_args(argv)
     names = args.notebooks or [lesson.notebook for lesson in course.lessons(args.source)]
@@ -272,20 +284,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"no lesson named {', '.join(missing)} in {args.source}: give file names such as 00_start_here.ipynb"
         )
-    if args.jobs < 1:
-        parser.error(f"--jobs must be 1 or more, got {args.jobs}")
     times: dict[str, float] = {}
     failed: list[str] = []
-    for group in schedule(names, args.jobs, args.mode):
+    for name in names:
         start = time.perf_counter()
-        if len(group) > 1:  # lessons that share the machine, each in a process of its own
-            ran = _run_group(group, args.jobs, args.mode, args.cell_timeout, args.folder, args.source)
-            for name, (failure, seconds) in ran.items():
-                times[name] = seconds
-                failed += [failure] if failure else []
-            print(f"[notebooks] {len(group)} lessons, {args.jobs} at a time, in {time.perf_counter() - start:.0f} s")
-            continue
-        (name,) = group
         print(f"[notebooks] {name} ({args.mode}) ...", flush=True)
         try:
             execute(name, args.mode, cell_timeout=args.cell_timeout, folder=args.folder, source_dir=args.source)
