@@ -8,6 +8,9 @@ rehearsed on this machine, with no cluster.
   file a user would `kubectl apply`; `load_tfjob` reads one back through the SDK's models (field types checked).
 - The containers' program lines go in `args`, not `command`: `command` would replace the image's ENTRYPOINT (AWS's
   TensorFlow images run entrypoint.sh there: telemetry, the CUDA forward-compatibility script, then `exec "$@"`).
+- The jobs' images (`TF_IMAGE`, `HVD_IMAGE`): docker/eks/Dockerfile on AWS's TensorFlow 2.21 training image or on the
+  course's Horovod image (docker/horovod/), with the course's code copied to /opt/course; `JobImage.commands` gives
+  the lines that build and push each to Amazon ECR. The rehearsals mount this checkout at /opt/course instead.
 - `check_tfjob` and `check_mpijob`: the operators' own admission rules, with their messages (the TFJob
   webhook; the MPIJob controller's validation), plus the few rules TensorFlow itself adds, marked as such.
 - What the operators give every pod, played exactly: `tf_config` (each replica's TF_CONFIG, as the operator's
@@ -55,7 +58,7 @@ TF_TYPES = {"ps": "PS", "worker": "Worker", "chief": "Chief", "master": "Master"
 MPI_HOSTFILE = "/etc/mpi/hostfile"  # mpi_job_controller.go: configMountPath + hostfileName
 SSH_MOUNT = "/root/.ssh"  # v2beta1/default.go: the default sshAuthMountPath
 CHECKPOINTS = "/mnt/checkpoints"  # where a TFJob's pods mount their shared checkpoint volume
-CODE_IN_IMAGE = "/opt/course"  # where the job's image holds the course's code (the lesson's Dockerfile copies it)
+CODE_IN_IMAGE = "/opt/course"  # where the jobs' images hold the course's code (docker/eks/Dockerfile copies it)
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 JOB_BACKOFF_LIMIT = 6  # a batch/v1 Job's backoffLimit when unset (kubernetes pkg/apis/batch/v1/defaults.go)
 POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")  # what the API server accepts in a pod (core/v1 validation)
@@ -63,6 +66,60 @@ SSHD = ["/usr/sbin/sshd", "-De"]  # an MPIJob worker's program (mpi_job_controll
 # Cluster Autoscaler removes a node once it has been unneeded this long (--scale-down-unneeded-time's default;
 # kubernetes/autoscaler cluster-autoscaler/FAQ.md, "How does scale-down work?": "unneeded for more than 10 minutes").
 SCALE_DOWN_UNNEEDED_MINUTES = 10.0
+
+
+# ---- the jobs' images ---------------------------------------------------------------------------------------------
+# docker/eks/Dockerfile: a base image (its BASE build argument) plus the course's code at CODE_IN_IMAGE. The names are
+# placeholders in an example account's Amazon ECR registry; tests/test_docker_eks.py checks them against the Dockerfile.
+
+DOCKERFILE = "docker/eks/Dockerfile"
+REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"  # your account's ECR registry: <account>.dkr.ecr.<region>...
+# AWS's TensorFlow 2.21 training image (a Deep Learning Container), as sagemaker.core.image_uris.retrieve names it
+# for TF 2.21, py312, a GPU instance, in us-east-1 (the same as docker/horovod/Dockerfile's BASE_IMAGE).
+AWS_TF_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.21-gpu-py312"
+# The course's Horovod image (docker/horovod/), as its build_and_push.sh names it in REGISTRY.
+HOROVOD_IMAGE = f"{REGISTRY}/tensorflow-horovod:2.21-gpu-py312-horovod0.28.1"
+
+
+@dataclass(frozen=True)
+class JobImage:
+    """An image a job names: `base` plus the course's code at /opt/course, built from docker/eks/Dockerfile."""
+
+    name: str
+    base: str
+
+    def commands(self) -> list[str]:
+        """The lines that build this image from the repository root and push it to its ECR repository."""
+        registry, _, path = self.name.partition("/")
+        repository, region = path.split(":")[0], _ecr_region(registry)
+        return [
+            f"docker build --platform linux/amd64 --build-arg BASE={self.base} -t {self.name} -f {DOCKERFILE} .",
+            f"aws ecr describe-repositories --region {region} --repository-names {repository} >/dev/null 2>&1 "
+            f"|| aws ecr create-repository --region {region} --repository-name {repository}",
+            f"docker push {self.name}",
+        ]
+
+
+def _ecr_region(registry: str) -> str:
+    """The region of an Amazon ECR registry, <account>.dkr.ecr.<region>.amazonaws.com."""
+    parts = registry.split(".")
+    if len(parts) < 6 or parts[1:3] != ["dkr", "ecr"]:
+        raise ValueError(f"{registry!r} is not an Amazon ECR registry (<account>.dkr.ecr.<region>.amazonaws.com)")
+    return parts[3]
+
+
+def image_commands(*images: JobImage) -> list[str]:
+    """Log in to every registry the images are pulled from or pushed to, then build and push each image."""
+    registries = dict.fromkeys(ref.partition("/")[0] for image in images for ref in (image.base, image.name))
+    logins = [
+        f"aws ecr get-login-password --region {_ecr_region(r)} | docker login --username AWS --password-stdin {r}"
+        for r in registries
+    ]
+    return logins + [line for image in images for line in image.commands()]
+
+
+TF_IMAGE = JobImage(f"{REGISTRY}/forecaster:tf2.21-course", AWS_TF_IMAGE)  # the TFJob's (train_mwms.py)
+HVD_IMAGE = JobImage(f"{REGISTRY}/tensorflow-horovod:2.21-gpu-py312-horovod0.28.1-course", HOROVOD_IMAGE)  # MPIJob's
 
 
 class ManifestError(ValueError):
@@ -668,8 +725,8 @@ def rehearse(
     where: str = "auto",
 ) -> Rehearsal:
     """Run a job's pods on the network lab: one host per pod, named as the pod, with the pod's service names in
-    the lab's hosts file (cluster DNS, played); the course's code mounted at /opt/course on every host (the
-    image's copy); the operator's files (an MPIJob's hostfile) mounted where the pod sees them. Pods whose
+    the lab's hosts file (cluster DNS, played); the course's code mounted at /opt/course on every host (where
+    docker/eks/Dockerfile copies it into the image: this checkout, not a built image); the operator's files (an MPIJob's hostfile) mounted where the pod sees them. Pods whose
     command is `/usr/sbin/sshd -De` (an MPIJob's workers) get the lab's sshd, with keys made for the run (the
     operator's SSH secret); every other pod's container runs under the played kubelet, restarted as its
     restartPolicy says, and the played operator judges the job as a whole (restartPolicy ExitCode, runPolicy.
