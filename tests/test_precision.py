@@ -165,6 +165,26 @@ def test_fp16_average_rounds_the_halved_sum_to_float16():
         precision.fp16_average(np.array(1.0))
 
 
+def test_fp16_sum_of_scaled_values_overflows_unless_prescaled():
+    big = np.full((2, 1), 0.75 * 65504.0)  # each within float16's range, their sum not
+    assert np.isinf(precision.fp16_average(big)[0])  # summed in float16 first, then halved: inf stays inf
+    assert precision.fp16_average(big, prescale=True)[0] == np.float16(0.75 * 65504.0)
+    tiny = np.full((8, 1), 2.0**-23)  # 2 x float16's smallest subnormal
+    assert precision.fp16_average(tiny)[0] == 2.0**-23  # 8 x 2^-23 = 2^-20, divided by 8: exact
+    assert precision.fp16_average(tiny, prescale=True)[0] == 0.0  # 2^-26 flushes to 0 before the sum
+
+
+def test_compression_breakeven_by_hand():
+    best = {"none": 2.0, "fp16": 6.0, "one value per tensor": 1.0}  # ms
+    got = precision.compression_breakeven(best, saved_bytes=600_000)
+    assert got["added_low"] == pytest.approx(4e-3) and got["added_high"] == pytest.approx(4.5e-3)
+    assert got["rate_high"] == pytest.approx(600_000 / 4e-3) and got["rate_low"] == pytest.approx(600_000 / 4.5e-3)
+    free = precision.compression_breakeven({**best, "fp16": 1.5}, 600_000)  # faster even on loopback
+    assert free["rate_high"] == free["rate_low"] == float("inf")
+    with pytest.raises(ValueError, match="saved_bytes must be positive"):
+        precision.compression_breakeven(best, 0)
+
+
 def test_check_without_an_answer_does_not_launch(capsys):
     assert precision.check_fp16_allreduce(None) is False
     assert "not answered yet" in capsys.readouterr().out

@@ -516,12 +516,19 @@ def test_the_launch_command_shows_the_containers_python_not_this_machines(capsys
 
 
 def test_a_tracking_server_request_is_checked_as_the_api_checks_it():
+    from utils import tracking
+
     good = sj.mlflow_server_request("course-mlflow", ROLE, "s3://bucket/mlflow")
     assert good["TrackingServerSize"] == "Small"
+    # the server's MLflow is set, never AWS's default, and it is the client the jobs install
+    assert good["MlflowVersion"] == tracking.MLFLOW_VERSION
+    assert f"mlflow=={good['MlflowVersion']}" in tracking.JOB_REQUIREMENTS
+    assert sj.mlflow_server_request("ok", ROLE, "s3://b", mlflow_version="3.0.0")["MlflowVersion"] == "3.0.0"
     for args, named in [
         (("bad name!", ROLE, "s3://bucket"), "TrackingServerName"),
         (("ok", ROLE, "ftp://bucket"), "ArtifactStoreUri"),
         (("ok", ROLE, "s3://bucket", "Huge"), "TrackingServerSize must be one of Small, Medium, Large"),
+        (("ok", ROLE, "s3://bucket", "Small", sj.REGION, "latest"), "MlflowVersion 'latest' does not match"),
     ]:
         with pytest.raises(ValueError, match=named):
             sj.mlflow_server_request(*args)

@@ -245,6 +245,17 @@ def test_the_jobs_mlflow_client_is_the_version_this_course_runs():
         assert version(name) == pinned, f"{name}: the job would install {pinned}, this environment has {version(name)}"
 
 
+def test_the_job_installs_mlflow_whole_at_one_version():
+    """AWS's TensorFlow image has the full mlflow (3.14.0): installing one of its halves alone over it would leave
+    mlflow's own pins (mlflow-skinny==, mlflow-tracing== its version) broken."""
+    from importlib.metadata import requires
+
+    pins = dict(pin.split("==") for pin in tracking.JOB_REQUIREMENTS)
+    assert {pins[n] for n in ("mlflow", "mlflow-skinny", "mlflow-tracing")} == {tracking.MLFLOW_VERSION}
+    own = {r.split(";")[0].strip() for r in requires("mlflow") if "extra ==" not in r}
+    assert {f"{n}=={tracking.MLFLOW_VERSION}" for n in ("mlflow-skinny", "mlflow-tracing")} <= own
+
+
 def test_making_a_fresh_store_says_nothing_on_stderr(tmp_path):
     """Lesson 04 makes the store in the learner's notebook: MLflow's and Alembic's INFO lines would show there
     as stderr (the JupyterLab check refuses them)."""

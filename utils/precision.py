@@ -325,17 +325,37 @@ def exercise_gradient(rank: int) -> np.ndarray:
     return base * (rank + 1)
 
 
-def fp16_average(per_rank: np.ndarray) -> np.ndarray:
+def fp16_average(per_rank: np.ndarray, prescale: bool = False) -> np.ndarray:
     """Horovod's fp16-compressed average, in NumPy: each rank's row rounded to float16, summed in float16 in
     rank order, divided by the number of ranks and rounded to float16 again (Horovod scales the reduced
-    float16 buffer), returned as float32."""
+    float16 buffer), returned as float32. With `prescale`, each row is divided by the number of ranks (and
+    rounded to float16) before the sum instead of after it, as `hvd.allreduce(..., op=hvd.Sum,
+    prescale_factor=1 / hvd.size())` does (Horovod's ScaleBuffer before the allreduce, gloo_operations.cc)."""
     sent = np.asarray(per_rank, dtype=np.float32).astype(np.float16)
     if sent.ndim < 1 or len(sent) < 1:
         raise ValueError("per_rank holds one row per rank: give at least one row")
+    if prescale:
+        sent = (sent.astype(np.float64) / len(sent)).astype(np.float16)
     total = sent[0]
-    for s in sent[1:]:
-        total = (total + s).astype(np.float16)
+    with np.errstate(over="ignore"):  # a float16 sum past 65504 is inf, as in Horovod's buffer
+        for s in sent[1:]:
+            total = (total + s).astype(np.float16)
+    if prescale:
+        return total.astype(np.float32)
     return (total.astype(np.float64) / len(sent)).astype(np.float16).astype(np.float32)
+
+
+def compression_breakeven(best_ms: dict[str, float], saved_bytes: float) -> dict[str, float]:
+    """What fp16 compression adds to one allreduce (s), from the best loopback calls in ms: at least the compressed
+    call's time minus the float32 call's; at most that plus loopback's own saving on half the bytes, taken as half
+    of what the float32 call spends beyond a call of one value per tensor (additions included, so an upper bound).
+    Also the link rates (bytes/s) below which the wire time of `saved_bytes` pays for it (inf: it added nothing)."""
+    if not saved_bytes > 0:
+        raise ValueError(f"saved_bytes must be positive (the ring's bytes that compression saves), got {saved_bytes!r}")
+    low = (best_ms["fp16"] - best_ms["none"]) / 1e3
+    high = low + max(best_ms["none"] - best_ms["one value per tensor"], 0.0) / 2e3
+    rate = lambda added: saved_bytes / added if added > 0 else math.inf
+    return {"added_low": low, "added_high": high, "rate_low": rate(high), "rate_high": rate(low)}
 
 
 def fp16_average_expected(ranks: int) -> np.ndarray:

@@ -1014,12 +1014,21 @@ MLFLOW_PRICE_FILE = REPO_ROOT / "data" / "mlflow_prices.csv"
 
 
 def mlflow_server_request(
-    name: str, role_arn: str, artifact_uri: str, size: str = "Small", region: str = REGION
+    name: str,
+    role_arn: str,
+    artifact_uri: str,
+    size: str = "Small",
+    region: str = REGION,
+    mlflow_version: str | None = None,
 ) -> dict:
     """The CreateMlflowTrackingServer request of a managed MLflow tracking server, checked against botocore's
-    model (name, S3 artifact store, role, size) before anything is sent."""
+    model (name, S3 artifact store, role, size, MLflow version) before anything is sent. The version is set, never
+    left to AWS's default: the jobs' client (tracking.JOB_REQUIREMENTS) must match the server's, so it is
+    tracking.MLFLOW_VERSION unless given."""
+    from utils import tracking
+
     request = {"TrackingServerName": name, "ArtifactStoreUri": artifact_uri, "RoleArn": role_arn}
-    request["TrackingServerSize"] = size
+    request["TrackingServerSize"], request["MlflowVersion"] = size, mlflow_version or tracking.MLFLOW_VERSION
     validate(request, "CreateMlflowTrackingServer")
     import botocore.session
 
@@ -1065,13 +1074,15 @@ def create_mlflow_server_online(
     size: str = "Small",
     region: str = REGION,
     usd_per_hour: float | None = None,
+    mlflow_version: str | None = None,
 ) -> str:
     """Create a managed MLflow tracking server on AWS, only with the opt-in and when the `hours` you plan fit the
     limit; return its ARN. Nothing stops it after those hours: it bills until it is stopped or deleted, and the
-    stop and delete commands are printed."""
+    stop and delete commands are printed. Its MLflow version is tracking.MLFLOW_VERSION, the jobs' client, unless
+    `mlflow_version` is given (then give the jobs the same client)."""
     limit_usd = check_limit(limit_usd)
     role = os.environ.get("SAGEMAKER_ROLE_ARN", f"arn:aws:iam::{OFFLINE_ACCOUNT}:role/CourseMlflowRole")
-    mlflow_server_request(name, role, artifact_uri, size, region)
+    mlflow_server_request(name, role, artifact_uri, size, region, mlflow_version)
     cost = mlflow_server_cost(size, hours, region, usd_per_hour)
     if cost > limit_usd:
         raise CostLimitError(
@@ -1084,7 +1095,7 @@ def create_mlflow_server_online(
     try:
         client = boto.client("sagemaker")
         arn = client.create_mlflow_tracking_server(
-            **mlflow_server_request(name, os.environ["SAGEMAKER_ROLE_ARN"], artifact_uri, size, region)
+            **mlflow_server_request(name, os.environ["SAGEMAKER_ROLE_ARN"], artifact_uri, size, region, mlflow_version)
         )["TrackingServerArn"]
     except (BotoCoreError, ClientError) as exc:
         raise OnlineError(aws_error_line(exc, region)) from None

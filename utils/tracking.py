@@ -43,9 +43,21 @@ QUIET = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
-#: What a SageMaker job's container installs to log to a managed server (from the source code's requirements.txt):
-#: MLflow's client without its server, and the plugin that signs requests to the ARN.
-JOB_REQUIREMENTS = ("mlflow-skinny==3.17.2", "sagemaker-mlflow==0.5.0")
+#: The MLflow version of the client a job installs and of the managed tracking server the course asks for: AWS
+#: tells users to match the client to the server ("Integrate MLflow with your environment"). The same version as
+#: this environment's mlflow (tests/test_tracking.py checks it).
+MLFLOW_VERSION = "3.17.2"
+#: What a SageMaker job's container installs to log to a managed server (from the source code's requirements.txt).
+#: AWS's TensorFlow 2.21 image already has mlflow, mlflow-skinny and mlflow-tracing 3.14.0 and sagemaker-mlflow
+#: 0.4.0 (aws/deep-learning-containers docker/tensorflow/2.21/cuda/uv.lock, its `sagemaker` extra), and so does the
+#: course's Horovod image built on it. mlflow pins its two halves to its own version, so all three are installed
+#: together at one version (one of them alone would leave a mixed install), with the plugin that signs requests.
+JOB_REQUIREMENTS = (
+    f"mlflow=={MLFLOW_VERSION}",
+    f"mlflow-skinny=={MLFLOW_VERSION}",
+    f"mlflow-tracing=={MLFLOW_VERSION}",
+    "sagemaker-mlflow==0.5.0",
+)
 #: The course's local store (runs/ is ignored by git; a fresh clone starts with none).
 STORE = paths.RUNS / "tracking" / "mlflow.db"
 #: A SageMaker managed MLflow resource, as CreateTrainingJob's MlflowConfig.MlflowResourceArn is checked (botocore).
@@ -422,8 +434,9 @@ def history(run_id: str, metric: str, store: str | Path = STORE) -> list[tuple[i
 class UI:
     """MLflow's web UI on the store, served on this machine (127.0.0.1) until `stop` or the end of a `with` block.
 
-    MLflow 3's server answers only requests addressed to localhost unless told otherwise (a guard against DNS
-    rebinding): behind another host name, such as a SageMaker notebook instance's Jupyter proxy
+    Since MLflow 3.5.0 the server answers only requests addressed to an allowed host (a guard against DNS
+    rebinding), by default localhost and private IP addresses (mlflow/server/security_utils.py,
+    get_default_allowed_hosts): behind another host name, such as a SageMaker notebook instance's Jupyter proxy
     (https://<instance>.notebook.<region>.sagemaker.aws/proxy/<port>/), pass that name as `allowed_host`, and it
     is given to `--allowed-hosts` and, as an https origin, to `--cors-allowed-origins`. The server's own messages
     go to `log` (runs/tracking/ui.log). A damaged store raises DamagedStore before any server starts.
