@@ -215,4 +215,3 @@ def test_ps_rule_owner_is_read_from_the_rule_that_refuses_the_ps_replica(capsys)
     assert checks.check_ps_rule_owner("tensorflow", job)
     assert "TensorFlow's MultiWorkerMirroredStrategy" in capsys.readouterr().out
     assert not checks.check_ps_rule_owner("operator", job)
-

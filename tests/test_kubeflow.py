@@ -407,7 +407,9 @@ def test_the_played_kubelet_records_when_each_run_ended(tmp_path):
     import time
 
     marker = tmp_path / "failed-once"
-    program = f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); ok = p.exists(); p.touch(); sys.exit(0 if ok else 3)"
+    program = (
+        f"import pathlib, sys; p = pathlib.Path({str(marker)!r}); ok = p.exists(); p.touch(); sys.exit(0 if ok else 3)"
+    )
     start = time.time()
     done = subprocess.run(
         [sys.executable, "-m", "utils.kubeflow", "_kubelet", "OnFailure", "3", "--", sys.executable, "-c", program],
