@@ -48,8 +48,9 @@ QUIET = {
 #: this environment's mlflow (tests/test_tracking.py checks it).
 MLFLOW_VERSION = "3.17.2"
 #: What a SageMaker job's container installs to log to a managed server (from the source code's requirements.txt).
-#: AWS's TensorFlow 2.21 image already has mlflow, mlflow-skinny and mlflow-tracing 3.14.0 and sagemaker-mlflow
-#: 0.4.0 (aws/deep-learning-containers docker/tensorflow/2.21/cuda/uv.lock, its `sagemaker` extra), and so does the
+#: AWS's TensorFlow 2.21 image already has mlflow, mlflow-skinny and mlflow-tracing (3.14.0 at its release, 3.15.1
+#: after a security update) and sagemaker-mlflow 0.4.0 (aws/deep-learning-containers
+#: docker/tensorflow/2.21/cuda/uv.lock, its `sagemaker` extra), and so does the
 #: course's Horovod image built on it. mlflow pins its two halves to its own version, so all three are installed
 #: together at one version (one of them alone would leave a mixed install), with the plugin that signs requests.
 JOB_REQUIREMENTS = (
