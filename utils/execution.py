@@ -93,8 +93,6 @@ def stamp(source: Path, mode: str) -> str:
 
 def is_current(notebook: str, mode: str, folder: Path = EXECUTED, source_dir: Path = NOTEBOOKS) -> bool:
     """True when the lesson has an executed copy in this mode made from its code as it is now."""
-    import nbformat
-
     path = copy_path(notebook, mode, folder)
     if not path.is_file():
         return False
