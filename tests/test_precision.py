@@ -227,11 +227,13 @@ def test_memory_worker_counts_bytes(tmp_path):
     run = launch.launch_tf_workers(
         paths.WORKERS / "precision_memory.py",
         1,
-        args=["--policies", "float32", "mixed_bfloat16", "--batches", "256", "--width", "256", "--depth", "1"],
+        args=["--policies", "float32", "mixed_bfloat16", "--batches", "256", "--width", "256", "--depth", "1"]
+        + ["--no-remapping"],
         env={"TF_CPU_ALLOCATOR_USE_BFC": "true"},
         timeout=240,
         stream=False,
     )
+    assert run.records()[0]["remapping"] is False
     rows = {r["policy"]: r for r in run.records()[0]["rows"]}
     params = 48 * 256 + 256 + 256 * 24 + 24
     for r in rows.values():
@@ -239,6 +241,25 @@ def test_memory_worker_counts_bytes(tmp_path):
         assert r["held_bytes"] >= 3 * 4 * params
         assert r["peak_bytes"] > r["held_bytes"]
     assert json.dumps(rows)  # plain JSON values
+
+
+def test_without_remapping_runs_float16_layers_at_the_speed_of_the_ops_and_restores_the_setting():
+    import tensorflow as tf
+
+    before = precision.float16_fusion_probe(128)
+    with pytest.raises(RuntimeError, match="inside"), precision.without_remapping():
+        assert tf.config.optimizer.get_experimental_options()["remapping"] is False
+        inside = precision.float16_fusion_probe(128)
+        raise RuntimeError("inside")
+    assert tf.config.optimizer.get_experimental_options()["remapping"] is True
+    # without the fusion a traced float16 layer costs about what its ops cost one by one, whatever the CPU
+    assert not inside.slow, inside
+    assert inside.eager_s > 0 and before.graph_s > 0
+
+
+def test_fusion_probe_refuses_a_size_it_cannot_time():
+    with pytest.raises(ValueError, match="at least 16"):
+        precision.float16_fusion_probe(4)
 
 
 def test_memory_worker_refuses_to_run_without_the_bfc_allocator():

@@ -446,3 +446,71 @@ def quiet_onednn_half_notice() -> str:
     if others:
         print("\n".join(others), file=sys.stderr)
     return "\n".join(line for line in lines if ONEDNN_HALF_NOTICE in line)
+
+
+@dataclass
+class FusionProbe:
+    """One float16 layer, relu(x @ w + b), timed as TensorFlow runs it eagerly (op by op) and inside a
+    `tf.function`, where the graph optimizer's remapper fuses the three ops into one kernel."""
+
+    n: int
+    eager_s: float
+    graph_s: float
+
+    @property
+    def penalty(self) -> float:
+        """How many times slower the fused graph ran than the same ops one by one."""
+        return self.graph_s / self.eager_s
+
+    @property
+    def slow(self) -> bool:
+        """True where the fused kernel is more than 10x slower: it has no fast float16 path on this CPU."""
+        return self.penalty > 10
+
+
+def float16_fusion_probe(n: int = 256, repeats: int = 3) -> FusionProbe:
+    """Time relu(x @ w + b) in float16, eagerly and as a traced graph (best of `repeats` each, after one warm-up)."""
+    import tensorflow as tf
+
+    if not isinstance(n, int) or n < 16:
+        raise ValueError(f"n must be a whole number of at least 16, got {n!r}")
+    rng = np.random.default_rng(0)
+    x, w = (tf.constant(rng.normal(size=(n, n)), tf.float16) for _ in range(2))
+    b = tf.zeros((n,), tf.float16)
+
+    def layer():
+        return tf.nn.relu(tf.nn.bias_add(tf.linalg.matmul(x, w), b))
+
+    def best(fn) -> float:
+        fn().numpy()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn().numpy()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    return FusionProbe(n=n, eager_s=best(layer), graph_s=best(tf.function(layer)))
+
+
+class without_remapping:
+    """Turn off the graph optimizer's remapper (the pass that fuses a matmul with its bias and activation) for
+    everything run inside the block, and restore the previous setting after it. TensorFlow applies the setting
+    when it runs a function, not only when it traces one, so the whole run belongs inside:
+
+        with precision.without_remapping():
+            model.fit(...)          # matmul, bias and relu run as separate ops
+    """
+
+    def __enter__(self):
+        import tensorflow as tf
+
+        self._before = tf.config.optimizer.get_experimental_options().get("remapping")
+        tf.config.optimizer.set_experimental_options({"remapping": False})
+        return self
+
+    def __exit__(self, *exc):
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options({"remapping": True if self._before is None else self._before})
+        return False

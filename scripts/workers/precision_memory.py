@@ -33,7 +33,15 @@ parser.add_argument("--batches", type=int, nargs="+", default=[1024, 4096])
 parser.add_argument("--width", type=int, default=1024)
 parser.add_argument("--depth", type=int, default=4)
 parser.add_argument("--steps", type=int, default=3, help="measured steps per policy and batch")
+parser.add_argument(
+    "--no-remapping",
+    action="store_true",
+    help="turn off the graph optimizer's matmul+bias fusion (precision.without_remapping), whose float16 kernel "
+    "is hundreds of times slower on CPUs without float16 arithmetic",
+)
 args = parser.parse_args()
+if args.no_remapping:
+    precision.without_remapping().__enter__()  # for the whole process
 tf.get_logger().setLevel("ERROR")  # no retracing notices: a new model per policy and batch, on purpose
 # Several copies may run side by side (utils.launch.launch_tf_workers): each names itself by its TF_CONFIG index.
 copy = int(json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0))
@@ -76,4 +84,10 @@ for policy in args.policies:
         )
         del net, x, y
         keras.backend.clear_session()
-print("RESULT " + json.dumps({"rank": copy, "width": args.width, "depth": args.depth, "rows": rows}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {"rank": copy, "width": args.width, "depth": args.depth, "remapping": not args.no_remapping, "rows": rows}
+    ),
+    flush=True,
+)
