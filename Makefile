@@ -1,5 +1,7 @@
 # Distributed training with TensorFlow, Horovod and Amazon SageMaker
-#   make lab    create/update the environment (.venv) and open the course in JupyterLab
+#   make lab    create/update the environment (.venv), copy the lessons into workspace/ (yours to edit and run)
+#               and open them in JupyterLab
+#   make update    get the course's latest version (git pull) and merge its changes into your workspace/ copies
 #   make test   create/update the environment, lint, run the unit tests and execute every notebook
 #   make site   the course as a website in build/site/html (lessons executed in smoke mode; SITE_MODE=full is
 #               the published build)
@@ -19,13 +21,21 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # Jupyter refuses to run as root without this flag (containers often run as root).
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check image-check clean-env
+.PHONY: lab update test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check image-check clean-env
 
 env:
 	@bash tools/setup_env.sh
 
+# JupyterLab opens the learner's copies in workspace/ (ignored by git), so that `git pull` never meets a lesson
+# they ran or edited; utils/workspace.py merges the course's updates into those copies.
 lab: env
-	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) notebooks/00_start_here.ipynb
+	$(VENV)/bin/python -m utils.workspace sync
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) workspace/00_start_here.ipynb
+
+update:
+	git pull --ff-only
+	@if [ -x $(VENV)/bin/python ]; then $(MAKE) --no-print-directory env && $(VENV)/bin/python -m utils.workspace sync; \
+	  else echo "[update] no environment yet: make lab creates it and your workspace"; fi
 
 test: env
 	@bash tools/run_tests.sh all
