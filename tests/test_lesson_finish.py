@@ -43,3 +43,20 @@ def test_a_kernel_that_ends_without_the_last_cell_leaves_no_scratch_folder():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     work = out.stdout.strip().splitlines()[-1]
     assert "course-lesson-" in work and not os.path.exists(work), f"{work} is still there"
+
+
+def test_scratch_folders_of_kernels_that_are_gone_go_at_the_next_lesson_start(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = psutil.Process(dead.pid).create_time()
+    dead.wait()
+    me = psutil.Process()
+    folders = {name: tmp_path / f"course-lesson-{name}" for name in ("dead", "alive", "unnamed")}
+    for f in folders.values():
+        f.mkdir()
+    (folders["dead"] / lesson.OWNER).write_text(f"{dead.pid} {started}\n")
+    (folders["alive"] / lesson.OWNER).write_text(f"{me.pid} {me.create_time()}\n")
+    assert lesson.remove_orphan_scratch(str(tmp_path)) == [folders["dead"]]
+    assert not folders["dead"].exists() and folders["alive"].exists() and folders["unnamed"].exists()
+    own = lesson.Lesson("00_start_here.ipynb")  # a lesson's folder names its process
+    assert (own.work / lesson.OWNER).read_text().split()[0] == str(me.pid)
+    own.finish()

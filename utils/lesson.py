@@ -15,6 +15,26 @@ import psutil
 
 from utils import course, envinfo, mode, processes, solutions
 
+#: The file in a lesson's scratch folder that names the process (pid and start time) whose folder it is.
+OWNER = ".owner"
+
+
+def remove_orphan_scratch(tmp: str | None = None) -> list[Path]:
+    """Remove the scratch folders of lessons whose kernel is gone (stopped without a shutdown, e.g. JupyterLab
+    closed from its window): each names its process in OWNER; a folder whose process no longer runs (or whose pid
+    now belongs to a process started later) goes. Returns the folders removed."""
+    gone = []
+    for folder in Path(tmp or tempfile.gettempdir()).glob("course-lesson-*"):
+        try:
+            pid, started = (folder / OWNER).read_text().split()
+            alive = psutil.pid_exists(int(pid)) and abs(psutil.Process(int(pid)).create_time() - float(started)) < 1
+        except (OSError, ValueError, psutil.Error):
+            continue  # no owner written (yet), or not readable: not ours to judge
+        if not alive:
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
+
 
 @dataclass
 class Lesson:
@@ -31,6 +51,9 @@ class Lesson:
         # not exited 2.5 s after a shutdown request gets SIGTERM from jupyter_client (half its shutdown_wait_time),
         # which skips this, and leaves the folder in the temporary folder.
         self._remove_work = weakref.finalize(self, shutil.rmtree, str(self.work), ignore_errors=True)
+        # ... so the folder names its process, and the next lesson to start removes it once that process is gone
+        owner = psutil.Process()
+        (self.work / OWNER).write_text(f"{owner.pid} {owner.create_time()}\n")
 
     def need_horovod(self) -> bool:
         """True where Horovod works; otherwise print why the cell skips its Horovod part, and return False."""
@@ -108,6 +131,7 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
             "e.g. '04_horovod.ipynb'"
         )
     solutions.from_environment()  # a mistyped COURSE_SOLUTIONS fails here, in the first cell
+    remove_orphan_scratch()  # what lessons of kernels that are gone left in the temporary folder
     print(mode.describe())
     print(course.measured_duration_line(notebook))
     print(envinfo.machine_line())
