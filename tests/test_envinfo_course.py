@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import needs_horovod
+from conftest import needs_horovod, path_with_nvidia_smi
 
 from utils import course, envinfo
 
@@ -58,6 +58,55 @@ def test_horovod_build_reports_gloo():
     info = envinfo.horovod_build()
     assert info["importable"], info["error"]
     assert info["gloo_built"] is True
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi, names, problem",
+    [
+        ("a10g", ["NVIDIA A10G"], ""),
+        ("4xl4", ["NVIDIA L4"] * 4, ""),
+        ("no-driver", [], "nvidia-smi failed (exit 9: NVIDIA-SMI has failed because it couldn't communicate"),
+        ("echo 'No devices were found'", [], "nvidia-smi lists no GPU (exit 0: No devices were found)"),
+        (None, [], "no nvidia-smi"),
+    ],
+)
+def test_nvidia_gpus_reads_what_nvidia_smi_lists(monkeypatch, tmp_path, nvidia_smi, names, problem):
+    monkeypatch.setenv("PATH", path_with_nvidia_smi(tmp_path / "bin", nvidia_smi))
+    found, why = envinfo.nvidia_gpus()
+    assert found == names and why.startswith(problem)
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi, build, tf_gpus, says",
+    [
+        (None, "tensorflow-cpu", [], "No NVIDIA GPU here: every lesson runs on the CPU"),
+        ("no-driver", "tensorflow-cpu", [], "nvidia-smi failed (exit 9: NVIDIA-SMI has failed"),
+        ("a10g", "tensorflow-cpu", [], "but TensorFlow's CPU build (tensorflow-cpu) is installed"),
+        ("a10g", "tensorflow", ["/physical_device:GPU:0"], "TensorFlow's GPU build sees 1 GPU(s)"),
+        ("a10g", "tensorflow", [], "TensorFlow's GPU build is installed, but TensorFlow sees no GPU"),
+    ],
+)
+def test_gpu_report_says_which_build_uses_which_gpu_and_what_to_do(
+    monkeypatch, tmp_path, nvidia_smi, build, tf_gpus, says
+):
+    monkeypatch.setenv("PATH", path_with_nvidia_smi(tmp_path / "bin", nvidia_smi))
+    monkeypatch.setattr(envinfo, "tensorflow_build", lambda: build)
+    report = envinfo.gpu_report(tf_gpus)
+    assert says in report
+    if "make env" in report or "set-up again" in report:
+        assert "tools/sagemaker_lifecycle/setup.sh" in report  # the way on a notebook instance too
+
+
+def test_gpu_report_names_a_hidden_gpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", path_with_nvidia_smi(tmp_path / "bin", "a10g"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    monkeypatch.setattr(envinfo, "tensorflow_build", lambda: "tensorflow")
+    assert "CUDA_VISIBLE_DEVICES='-1' in this kernel's environment hides it" in envinfo.gpu_report([])
+
+
+def test_tensorflow_build_is_the_installed_one():
+    assert envinfo.tensorflow_build() in ("tensorflow-cpu", "tensorflow")
+    assert envinfo.package_version(envinfo.tensorflow_build()) == envinfo.versions()["TensorFlow"]
 
 
 def test_aws_credentials_detection(no_aws_credentials):
@@ -351,6 +400,21 @@ def test_reading_minutes_counts_core_words_at_the_stated_speed():
     assert course.reading_minutes(nb, core_only=False, wpm=200) == (400 + 1003) / 200
 
 
+def test_reading_counts_what_the_outputs_show_and_prefers_the_recorded_words(tmp_path):
+    cell = _code("x = 1")
+    cell["outputs"] = [
+        {"output_type": "stream", "name": "stdout", "text": ["three more words\n"]},
+        {"output_type": "display_data", "data": {"text/markdown": "two words", "text/plain": "ignored here"}},
+        {"output_type": "execute_result", "data": {"text/plain": ["one"]}, "execution_count": 1},
+    ]
+    assert course.reading_words({"cells": [cell]}) == 2 + 3 + 2 + 1
+    _notebook(tmp_path / "01_x.ipynb", [_md("# One two")])
+    rows = [{"notebook": "01_x.ipynb", "mode": "full", "seconds": "1", "reading_words": "3200"}]
+    assert course.lesson_reading_minutes("01_x.ipynb", rows, tmp_path) == 3200 / course.READING_WPM
+    rows[0]["reading_words"] = ""  # measured before the column existed: the text and code alone
+    assert course.lesson_reading_minutes("01_x.ipynb", rows, tmp_path) == 2 / course.READING_WPM
+
+
 def test_core_run_time_is_recorded_or_the_whole_lesson_without_deep_dives(tmp_path):
     _notebook(tmp_path / "01_plain.ipynb", [_md("# Plain")])
     _notebook(tmp_path / "02_marked.ipynb", _synthetic_lesson()["cells"])
@@ -365,7 +429,7 @@ def test_core_run_time_is_recorded_or_the_whole_lesson_without_deep_dives(tmp_pa
 
 
 def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
-    words = "word " * 2000  # 10 min of reading at 200 words a minute
+    words = "word " * (10 * course.READING_WPM + 1)  # 10 min of reading (and a little more with the title)
     for name in ("00_a.ipynb", "01_b.ipynb", "02_c.ipynb", "03_d.ipynb"):
         _notebook(tmp_path / name, [_md(f"# T\n{words}")])
     rows = [
@@ -373,7 +437,7 @@ def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
     ]
     rows.append({"notebook": "02_c.ipynb", "mode": "full", "seconds": "1200", "core_seconds": ""})
     plan, left = course.workshop_schedule(total_min=100, break_after_min=60, break_min=10, rows=rows, folder=tmp_path)
-    # each lesson: 20 min run + 10 min reading (+ 2 title words) -> 31 min
+    # each lesson: 20 min run + 10 min reading (+ 2 words) -> 31 min
     assert [(s.what, s.start_min, s.minutes) for s in plan] == [
         ("00_a.ipynb", 0, 31),
         ("break", 31, 10),
@@ -383,7 +447,7 @@ def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
 
 
 def test_workshop_reaching_drops_skippable_lessons_in_order_until_the_must_lessons_fit(tmp_path):
-    words = "word " * 2000  # 10 min of reading
+    words = "word " * (10 * course.READING_WPM + 1)  # 10 min of reading (and a little more with the title)
     names = ("00_a.ipynb", "01_b.ipynb", "02_c.ipynb", "03_d.ipynb")
     for name in names:
         _notebook(tmp_path / name, [_md(f"# T\n{words}")])

@@ -200,6 +200,7 @@ def main() -> None:
                 "tensorflow": envinfo.versions()["TensorFlow"] or "",
                 "code_hash": course.code_hash(path),
                 "core_seconds": "" if core is None else f"{core:.1f}",
+                "reading_words": str(course.reading_words(nb)),  # text, code and outputs of the core path
             },
             args.out,
         )

@@ -28,7 +28,7 @@ REQUIRED_DURATION_FIELDS = [
     "code_hash",
 ]
 #: The columns written: the required ones, then those added later (empty in rows measured before them).
-DURATION_FIELDS = [*REQUIRED_DURATION_FIELDS, "core_seconds"]
+DURATION_FIELDS = [*REQUIRED_DURATION_FIELDS, "core_seconds", "reading_words"]
 #: The measured memory of a JupyterLab server (tools/time_notebooks.py --jupyterlab).
 JUPYTERLAB_MEMORY = DATA / "jupyterlab_memory.csv"
 JUPYTERLAB_FIELDS = ["rss_mib", "jupyterlab", "python", "cpu_model", "date", "how"]
@@ -36,8 +36,11 @@ JUPYTERLAB_FIELDS = ["rss_mib", "jupyterlab", "python", "cpu_model", "date", "ho
 INSTANCE_TYPES = DATA / "notebook_instance_types.csv"
 #: A section whose heading ends with this mark is a deep dive: a workshop's core path leaves it out.
 DEEP_DIVE_MARK = "(deep dive)"
-#: Reading speed assumed for the reading estimate (words a minute; code is counted in words too).
-READING_WPM = 200
+#: Reading speed of the reading estimate: words a minute over what the learner reads on the core path, its text,
+#: its code and the outputs a full-mode run prints. A newcomer who read lessons 03 and 06 in JupyterLab needed
+#: 60-75 and 75-90 minutes for 11,991 and 13,355 such words (about 150-200 words a minute); 160 lies in both ranges
+#: and leans to the slower reader.
+READING_WPM = 160
 
 
 @dataclass
@@ -172,7 +175,7 @@ def course_map(rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOK
                 smoke_seconds=duration_of(lesson.notebook, "smoke", rows),
                 peak_mib=peak_memory_of(lesson.notebook, "full", rows),
                 core_run_seconds=core_run_seconds(lesson.notebook, rows, folder),
-                reading_min=reading_minutes(folder / lesson.notebook),
+                reading_min=lesson_reading_minutes(lesson.notebook, rows, folder),
                 current=all(is_current(r, folder) for r in timed) if timed else None,
             )
         )
@@ -213,7 +216,7 @@ def course_map_markdown(rows: list[dict[str, str]] | None = None, folder: Path =
         )
     notes = [
         f"The core path leaves out the sections marked *{DEEP_DIVE_MARK}*; its reading time is estimated at "
-        f"{READING_WPM} words a minute, without the exercises (each lesson's own duration, an estimate, adds them "
+        f"{READING_WPM} words a minute over its text, code and the outputs of a full-mode run, without the exercises (each lesson's own duration, an estimate, adds them "
         "and the deep dives). Full and smoke mode: the whole lesson's run time; peak memory: the kernel "
         "and its workers together, in full mode."
     ]
@@ -430,12 +433,47 @@ def core_seconds(executed_nb: dict) -> float | None:
     return sum(_seconds_of(cells[i]) for i in core_cells(executed_nb) if cells[i]["cell_type"] == "code")
 
 
-def reading_minutes(nb: dict | Path, core_only: bool = True, wpm: int = READING_WPM) -> float:
-    """Estimated reading time of the lesson's text and code (core path only by default) at `wpm` words a minute."""
+def output_text(cell: dict) -> str:
+    """The text a reader sees in a cell's outputs: streams, and each rich output's Markdown or plain text."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(_joined(out.get("text", "")))
+        else:
+            data = out.get("data", {})
+            for kind in ("text/markdown", "text/plain"):
+                if kind in data:
+                    parts.append(_joined(data[kind]))
+                    break
+    return "\n".join(parts)
+
+
+def _joined(text: str | list[str]) -> str:
+    return "".join(text) if isinstance(text, list) else text
+
+
+def reading_words(nb: dict | Path, core_only: bool = True) -> int:
+    """Words a learner reads in the lesson (its core path by default): text, code and, in an executed copy, the
+    outputs' text."""
     cells = _cells(nb)
     chosen = core_cells(nb) if core_only else range(len(cells))
-    words = sum(len(re.findall(r"\w+", _source(cells[i]))) for i in chosen)
-    return words / wpm
+    return sum(len(re.findall(r"\w+", _source(cells[i]) + "\n" + output_text(cells[i]))) for i in chosen)
+
+
+def reading_minutes(nb: dict | Path, core_only: bool = True, wpm: int = READING_WPM) -> float:
+    """Estimated reading time of the lesson (core path only by default) at `wpm` words a minute: its text and
+    code, and its outputs where `nb` is an executed copy."""
+    return reading_words(nb, core_only) / wpm
+
+
+def lesson_reading_minutes(notebook: str, rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> float:
+    """The reading estimate of a lesson's core path: from the words its last full-mode run showed (outputs
+    included, recorded by tools/time_notebooks.py), or, where none is recorded, from its text and code alone."""
+    rows = read_durations() if rows is None else rows
+    match = [r for r in rows if r["notebook"] == notebook and r["mode"] == "full"]
+    if match and match[-1].get("reading_words"):
+        return int(match[-1]["reading_words"]) / READING_WPM
+    return reading_minutes(folder / notebook)
 
 
 def core_run_seconds(notebook: str, rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> float | None:
@@ -486,7 +524,7 @@ def workshop_schedule(
         if run is None or left:
             left.append(lesson.notebook)
             continue
-        run_min, reading = run / 60, reading_minutes(folder / lesson.notebook)
+        run_min, reading = run / 60, lesson_reading_minutes(lesson.notebook, rows, folder)
         need = math.ceil(run_min + reading)
         if since_break and since_break + need > break_after_min:
             lunch = lunch_after_min is not None and clock >= lunch_after_min and all(s.what != "lunch" for s in plan)
