@@ -7,7 +7,8 @@
 #               the published build)
 #   make lab-check   every lesson's executed copy (from make test) opened in JupyterLab in headless Chromium
 #   make wheelhouse   every pinned package and the Horovod wheel in wheelhouse/, for machines with no network
-# Options: PYTHON=/path/to/python3.11   TF_PACKAGE='tensorflow[and-cuda]' (GPU machines)
+# Options: PYTHON=/path/to/python3.11   TF_PACKAGE=tensorflow-cpu|'tensorflow[and-cuda]' (default: TensorFlow's GPU
+#          build where `nvidia-smi -L` lists a GPU, else the CPU build; `bash tools/setup_env.sh --print-tf-package`)
 #          WHEELHOUSE=/path/to/wheelhouse   install from it, with no package index (default: wheelhouse/
 #          when a complete one is there)
 SHELL := /bin/bash

@@ -25,6 +25,35 @@ def no_aws_credentials(monkeypatch, tmp_path):
     return monkeypatch
 
 
+#: Stand-ins for NVIDIA's `nvidia-smi -L` (shell lines, printing what it prints, with its exit status): a g5 instance
+#: (one A10G), a 4-GPU instance, and a machine whose NVIDIA driver is missing or broken.
+NVIDIA_SMI = {
+    "a10g": 'echo "GPU 0: NVIDIA A10G (UUID: GPU-5f3c2a1e-0b7d-4c1e-9a43-1f2e3d4c5b6a)"',
+    "4xl4": 'for i in 0 1 2 3; do echo "GPU $i: NVIDIA L4 (UUID: GPU-0000000$i-aaaa-bbbb-cccc-dddddddddddd)"; done',
+    "no-driver": (
+        "echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+        'latest NVIDIA driver is installed and running."; exit 9'
+    ),
+}
+
+
+def path_with_nvidia_smi(folder, nvidia_smi: str | None) -> str:
+    """PATH with a stand-in nvidia-smi first (an executable in `folder` that runs the shell line `nvidia_smi`, a key of
+    NVIDIA_SMI or a line of its own, when called with -L), or, for None, with no nvidia-smi at all (every folder
+    holding a real one left out)."""
+    from pathlib import Path
+
+    rest = [p for p in os.environ["PATH"].split(os.pathsep) if p and not (Path(p) / "nvidia-smi").exists()]
+    if nvidia_smi is None:
+        return os.pathsep.join(rest)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    smi = Path(folder) / "nvidia-smi"
+    line = NVIDIA_SMI.get(nvidia_smi, nvidia_smi)
+    smi.write_text(f'#!/bin/sh\n[ "$1" = -L ] || {{ echo "expected -L, got $*" >&2; exit 2; }}\n{line}\n')
+    smi.chmod(0o755)
+    return os.pathsep.join([str(folder), *rest])
+
+
 def _cpu_seconds() -> float:
     import resource
 

@@ -83,6 +83,7 @@ def test_nvidia_gpus_reads_what_nvidia_smi_lists(monkeypatch, tmp_path, nvidia_s
         ("no-driver", "tensorflow-cpu", [], "nvidia-smi failed (exit 9: NVIDIA-SMI has failed"),
         ("a10g", "tensorflow-cpu", [], "but TensorFlow's CPU build (tensorflow-cpu) is installed"),
         ("a10g", "tensorflow", ["/physical_device:GPU:0"], "TensorFlow's GPU build sees 1 GPU(s)"),
+        ("4xl4", "tensorflow-cpu", [], "nvidia-smi lists 4 x NVIDIA L4, but TensorFlow's CPU build"),
         ("a10g", "tensorflow", [], "TensorFlow's GPU build is installed, but TensorFlow sees no GPU"),
     ],
 )

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
+from conftest import path_with_nvidia_smi
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,3 +62,44 @@ def test_environment_yml_and_build_script_agree_on_python():
     setup = (REPO / "tools" / "setup_env.sh").read_text()
     assert "(3, 11)" in setup
     assert "python=3.11" in (REPO / "environment.yml").read_text()
+
+
+def print_tf_package(tmp_path: Path, nvidia_smi: str | None, **env: str) -> subprocess.CompletedProcess:
+    """tools/setup_env.sh --print-tf-package (the package it would install; nothing installed) with a stand-in
+    nvidia-smi (conftest.NVIDIA_SMI) or none."""
+    drop = ("TF_PACKAGE", "WHEELHOUSE", "COURSE_PORTABLE_FALLBACK")
+    full = {k: v for k, v in os.environ.items() if k not in drop}
+    full |= {"PATH": path_with_nvidia_smi(tmp_path / "bin", nvidia_smi), **env}
+    return subprocess.run(
+        ["bash", str(REPO / "tools" / "setup_env.sh"), "--print-tf-package"],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "nvidia_smi, env, package",
+    [
+        ("a10g", {}, "tensorflow[and-cuda]"),  # a GPU: TensorFlow's GPU build
+        ("no-driver", {}, "tensorflow-cpu"),  # nvidia-smi without a working driver: the CPU build
+        (None, {}, "tensorflow-cpu"),  # no nvidia-smi: the CPU build
+        ("a10g", {"TF_PACKAGE": "tensorflow-cpu"}, "tensorflow-cpu"),  # the learner's choice wins
+    ],
+)
+def test_the_setup_installs_the_gpu_build_where_nvidia_smi_lists_a_gpu_at_the_pinned_version(
+    tmp_path, nvidia_smi, env, package
+):
+    if package == "tensorflow-cpu" and os.uname().sysname == "Darwin" and os.uname().machine == "arm64":
+        package = "tensorflow"  # tensorflow-cpu has no wheels there
+    out = print_tf_package(tmp_path, nvidia_smi, **env)
+    assert out.returncode == 0, out.stderr
+    # One version for every build: tensorflow-cpu's pin in requirements.txt.
+    assert out.stdout == f"{package}=={requirement_pins()['tensorflow-cpu'].split('==')[1]}\n"
+    assert out.stderr.startswith("[setup] ") and package in out.stderr  # which build, and why, in words
+
+
+def test_the_setup_refuses_an_unknown_tensorflow_package(tmp_path):
+    out = print_tf_package(tmp_path, None, TF_PACKAGE="tensorflow-gpu")
+    assert out.returncode == 1 and "TF_PACKAGE=tensorflow-gpu is not one of" in out.stderr and not out.stdout

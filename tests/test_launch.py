@@ -450,6 +450,22 @@ def test_free_ports_are_distinct_and_unbound():
             s.bind(("localhost", port))
 
 
+def test_workers_run_on_the_cpu_unless_the_notebook_shows_them_a_gpu(monkeypatch):
+    # With TensorFlow's GPU build (a GPU machine), each of several workers would otherwise take the GPU's memory.
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert launch.worker_env(1)["CUDA_VISIBLE_DEVICES"] == "-1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # a lesson (or learner) that wants the GPU says so
+    assert launch.worker_env(1)["CUDA_VISIBLE_DEVICES"] == "0"
+
+
+def test_tensorflow_takes_gpu_memory_as_it_needs_it_in_notebooks_and_workers():
+    env = {k: v for k, v in os.environ.items() if k != "TF_FORCE_GPU_ALLOW_GROWTH"}
+    code = "import os, utils; from utils import launch; print(os.environ['TF_FORCE_GPU_ALLOW_GROWTH'], "
+    code += "launch.worker_env(1)['TF_FORCE_GPU_ALLOW_GROWTH'])"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["true", "true"], out.stderr
+
+
 def test_a_successful_run_removes_its_own_logs_and_keeps_its_output():
     env = launch.worker_env(1)
     run = launch.run_workers(

@@ -119,6 +119,33 @@ def test_on_start_returns_at_once_and_the_background_setup_reports_a_failure(tmp
     assert "set COURSE_PYTHON to a Python 3.11" in (state / "setup.log").read_text()
 
 
+@pytest.mark.parametrize("chosen", ["tensorflow-cpu", ""])
+def test_on_start_passes_the_tensorflow_build_on_to_the_background_setup(tmp_path, chosen):
+    # The set-up runs through sudo on an instance, which passes no environment on: on-start.sh names TF_PACKAGE
+    # itself (empty: the set-up asks nvidia-smi). A course whose setup.sh only records what it was given:
+    home, env = instance_home(tmp_path, with_course=False)
+    stub = home / "SageMaker" / "course" / "tools" / "sagemaker_lifecycle" / "setup.sh"
+    stub.parent.mkdir(parents=True)
+    stub.write_text('echo "TF_PACKAGE=[${TF_PACKAGE-unset}]" >>"$1/setup.log"; echo ready >"$1/status"\n')
+    env = {k: v for k, v in env.items() if k != "TF_PACKAGE"} | ({"TF_PACKAGE": chosen} if chosen else {})
+    if os.getuid() == 0 and subprocess.run(["id", "nobody"], capture_output=True).returncode == 0:
+        # As root, the scripts run the set-up as the notebook user through sudo: a stand-in sudo that, like sudo's
+        # env_reset, passes on no variable but PATH and HOME (and stays root, so that it needs no real user).
+        fake = tmp_path / "bin" / "sudo"
+        fake.parent.mkdir()
+        fake.write_text(
+            '#!/bin/sh\nwhile [ "$1" = -u ] || [ "$1" = -H ]; do [ "$1" = -u ] && shift; shift; done\n'
+            'exec env -i PATH="$PATH" HOME="$HOME" "$@"\n'
+        )
+        fake.chmod(0o755)
+        env |= {"COURSE_NB_USER": "nobody", "PATH": f"{fake.parent}{os.pathsep}{env['PATH']}"}
+    run_hook("on-start.sh", env)
+    state = home / "SageMaker" / ".course-env"
+    status, _ = wait_for_status(state, env, 30)
+    assert status == "ready"
+    assert f"TF_PACKAGE=[{chosen}]" in (state / "setup.log").read_text()
+
+
 @SETUP_TESTS
 def test_first_start_builds_under_sagemaker_and_second_start_reuses_it_in_seconds(tmp_path):
     home, env = instance_home(tmp_path)

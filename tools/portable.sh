@@ -83,6 +83,104 @@ default_tf_package() {
   fi
 }
 
+# nvidia_gpus: the NVIDIA GPUs that `nvidia-smi -L` lists, on one line in $nvidia_gpu_names ("NVIDIA A10G",
+# "4 x NVIDIA A10G"). Returns 0 when it lists at least one; 1 when there is no nvidia-smi; 2 when nvidia-smi
+# fails or lists no GPU, with what happened in $nvidia_smi_said ("failed (exit 9: NVIDIA-SMI has failed ...)").
+nvidia_gpus() {
+  local out rc limit
+  nvidia_gpu_names=""
+  nvidia_smi_said=""
+  command -v nvidia-smi >/dev/null 2>&1 || return 1
+  # A driver in a bad state can leave nvidia-smi hanging; listing the GPUs takes well under a second.
+  limit="${COURSE_NVIDIA_SMI_TIMEOUT:-20}"
+  out="$(KILL_AFTER=2 with_timeout "$limit" nvidia-smi -L 2>&1)" && rc=0 || rc=$?
+  if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q '^GPU '; then
+    # "GPU 0: NVIDIA A10G (UUID: GPU-...)" -> "NVIDIA A10G"; identical GPUs counted, in the order listed
+    nvidia_gpu_names="$(printf '%s\n' "$out" | sed -n -e '/^GPU /!d' -e 's/^GPU [0-9]*: //' -e 's/ (UUID:.*//' -e p | awk '
+      { if (!($0 in n)) order[++k] = $0; n[$0]++ }
+      END { for (i = 1; i <= k; i++) s = s (i > 1 ? ", " : "") (n[order[i]] > 1 ? n[order[i]] " x " : "") order[i]; print s }')"
+    return 0
+  fi
+  [ "$rc" = 124 ] && out="no answer in $limit s"
+  out="exit $rc: $(printf '%s\n' "$out" | awk 'NF { print; exit }')"
+  if [ "$rc" = 0 ]; then nvidia_smi_said="lists no GPU ($out)"; else nvidia_smi_said="failed ($out)"; fi
+  return 2
+}
+
+# choose_tf_package REQUIREMENTS: the TensorFlow package to install, in $tf_package (a name; the version is
+# tensorflow-cpu's pin in REQUIREMENTS, for every build), and why, on one line in $tf_package_why.
+# TF_PACKAGE wins when set; then the TensorFlow wheel of the wheelhouse in $WHEELHOUSE (it holds one); then
+# TensorFlow's GPU build, tensorflow[and-cuda], where nvidia-smi lists an NVIDIA GPU; else the CPU build.
+choose_tf_package() {
+  local version gpus cpu why_cpu rc_gpu
+  version="$(sed -n 's/^tensorflow-cpu==//p' "$1")"
+  cpu="$(default_tf_package)"
+  nvidia_gpus && rc_gpu=0 || rc_gpu=$?
+  gpus="$nvidia_gpu_names"
+  case "$rc_gpu" in
+    0) why_cpu="" ;;
+    1) why_cpu="no NVIDIA GPU here (no nvidia-smi)" ;;
+    *) why_cpu="nvidia-smi is installed but $nvidia_smi_said, so no GPU can be used" ;;
+  esac
+  if [ -n "${TF_PACKAGE:-}" ]; then
+    tf_package="$TF_PACKAGE"
+    tf_package_why="TensorFlow as $tf_package==$version, as TF_PACKAGE says"
+    [ "$rc_gpu" = 0 ] && tf_package_why="$tf_package_why (nvidia-smi lists $gpus)"
+  elif [ -n "${WHEELHOUSE:-}" ] && [ -f "$WHEELHOUSE/TF_PACKAGE" ]; then
+    tf_package="$(cat "$WHEELHOUSE/TF_PACKAGE")"
+    tf_package_why="TensorFlow as $tf_package==$version, the one the wheelhouse holds"
+    if [ "$rc_gpu" = 0 ] && [ "$tf_package" != 'tensorflow[and-cuda]' ]; then
+      tf_package_why="$tf_package_why, although nvidia-smi lists $gpus: for the GPU build, make a wheelhouse with
+          TF_PACKAGE='tensorflow[and-cuda]' (make wheelhouse TF_PACKAGE='tensorflow[and-cuda]')"
+    fi
+  elif [ "$rc_gpu" = 0 ]; then
+    tf_package='tensorflow[and-cuda]'
+    tf_package_why="GPU found by nvidia-smi ($gpus): TensorFlow's GPU build, tensorflow[and-cuda]==$version (with
+          NVIDIA's CUDA libraries, a few GB). To keep the CPU build, set TF_PACKAGE=$cpu (make lab TF_PACKAGE=$cpu)."
+  else
+    tf_package="$cpu"
+    tf_package_why="$why_cpu: TensorFlow's CPU build, $cpu==$version"
+    [ "$rc_gpu" = 2 ] && tf_package_why="$tf_package_why.
+          Once \`nvidia-smi -L\` lists the GPU (the NVIDIA driver works), run the set-up again (make env) for the GPU build."
+  fi
+  return 0
+}
+
+# switch_tf_build PYTHON TF_PACKAGE: before TF_PACKAGE is installed into PYTHON's environment, remove the other
+# TensorFlow build if it is there. tensorflow-cpu and tensorflow (the GPU build) install the same `tensorflow`
+# module: pip would put one over the other, and removing either afterwards would break the module. Leaving the
+# GPU build also removes the CUDA libraries that its [and-cuda] extra brought (a few GB the CPU build never loads).
+switch_tf_build() {
+  local other leaving
+  case "$2" in
+    tensorflow-cpu) other=tensorflow ;;
+    *) other=tensorflow-cpu ;;
+  esac
+  leaving="$("$1" -c '
+import importlib.metadata as m, re, sys
+other = sys.argv[1]
+try:
+    m.version(other)
+except m.PackageNotFoundError:
+    sys.exit()
+names = [other]
+if other == "tensorflow":  # the CUDA libraries of its [and-cuda] extra, those installed
+    for req in m.requires(other) or []:
+        name = re.match(r"[A-Za-z0-9._-]+", req).group(0)
+        if re.search(r"extra\s*==\s*.and-cuda.", req):
+            try:
+                m.version(name)
+                names.append(name)
+            except m.PackageNotFoundError:
+                pass
+print(" ".join(names))
+' "$other")" || return 1
+  [ -n "$leaving" ] || return 0
+  printf '[setup] switching TensorFlow builds to %s: removing %s first\n' "$2" "$leaving"
+  # shellcheck disable=SC2086  # one argument per package, on purpose
+  "$1" -m pip uninstall --quiet --yes $leaving
+}
+
 # requirements_for TF_PACKAGE REQUIREMENTS: the pins, with TensorFlow installed as TF_PACKAGE.
 # The pins installed with --no-deps (no_deps_pins) are left out: their own requirements would pull in the
 # `tensorflow` package (the GPU build) next to tensorflow-cpu.

@@ -3,7 +3,9 @@
 # It reinstalls only when the pins (requirements.txt) or this set-up changed: a stamp in the
 # environment records a hash of them.
 #
-#   TF_PACKAGE='tensorflow[and-cuda]' bash tools/setup_env.sh   # GPU machine (see README)
+#   TF_PACKAGE=tensorflow-cpu bash tools/setup_env.sh   # the CPU build even where nvidia-smi lists a GPU
+#   (by default: TensorFlow's GPU build, tensorflow[and-cuda], where `nvidia-smi -L` lists a GPU; else the CPU build)
+#   bash tools/setup_env.sh --print-tf-package   # only print the TensorFlow package it would install, and why
 #   COURSE_REQUIRE_HOROVOD=1 ...   # fail if Horovod cannot be built (CI sets it; CI=true does too)
 #   WHEELHOUSE=/path/to/wheelhouse ...   # install from a folder made by `make wheelhouse`, no network
 #   COURSE_VENV=/path/to/env ...   # create the environment elsewhere (the SageMaker lifecycle scripts do)
@@ -18,6 +20,30 @@ venv="${COURSE_VENV:-$repo/.venv}"
 stamp="$venv/.course-env"
 say() { printf '[setup] %s\n' "$*"; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+case "${1:-}" in
+  ""|--print-tf-package) ;;
+  *) die "unknown argument '$1'. Usage: bash tools/setup_env.sh [--print-tf-package]" ;;
+esac
+
+# Which TensorFlow build, always of the version requirements.txt pins for tensorflow-cpu (tools/portable.sh,
+# choose_tf_package): TF_PACKAGE when set; else a wheelhouse's one TensorFlow wheel; else the GPU build,
+# tensorflow[and-cuda], where `nvidia-smi -L` lists an NVIDIA GPU (a learner on a GPU instance gets the GPU);
+# else the CPU build (tensorflow-cpu; on macOS with Apple silicon, which it has no wheels for, `tensorflow`).
+choose_tf_package "$repo/requirements.txt"
+TF_PACKAGE="$tf_package"
+case "$TF_PACKAGE" in
+  tensorflow-cpu|tensorflow|'tensorflow[and-cuda]') ;;
+  *) die "TF_PACKAGE=$TF_PACKAGE is not one of: tensorflow-cpu, tensorflow, 'tensorflow[and-cuda]' (empty: chosen by
+  nvidia-smi, the GPU build where it lists a GPU)." ;;
+esac
+# --print-tf-package: the package spec that would be installed, and why (on stderr); nothing is installed.
+if [ "${1:-}" = --print-tf-package ]; then
+  say "$tf_package_why" >&2
+  printf '%s==%s\n' "$TF_PACKAGE" "$(sed -n 's/^tensorflow-cpu==//p' "$repo/requirements.txt")"
+  exit 0
+fi
+say "$tf_package_why"
 
 # Python 3.11: TensorFlow 2.21 supports it, and Horovod 0.28.1's build fails on 3.12.
 PYTHON="${PYTHON:-}"
@@ -34,16 +60,6 @@ fi
   Amazon Linux 2023: sudo dnf install -y python3.11 python3.11-devel; macOS: brew install python@3.11;
   or pyenv install 3.11) or name it: make test PYTHON=/path/to/python3.11"
 
-# A wheelhouse holds one TensorFlow wheel; by default install that one.
-if [ -z "${TF_PACKAGE:-}" ] && [ -n "${WHEELHOUSE:-}" ] && [ -f "$WHEELHOUSE/TF_PACKAGE" ]; then
-  TF_PACKAGE="$(cat "$WHEELHOUSE/TF_PACKAGE")"
-fi
-# tensorflow-cpu has no wheels for macOS on Apple silicon; there the `tensorflow` wheel is the CPU build.
-TF_PACKAGE="${TF_PACKAGE:-$(default_tf_package)}"
-case "$TF_PACKAGE" in
-  tensorflow-cpu|tensorflow|'tensorflow[and-cuda]') ;;
-  *) die "TF_PACKAGE=$TF_PACKAGE is not one of: tensorflow-cpu (default), tensorflow, 'tensorflow[and-cuda]'." ;;
-esac
 require_horovod="${COURSE_REQUIRE_HOROVOD:-}"
 [ "${CI:-}" = "true" ] && require_horovod=1
 
@@ -132,6 +148,8 @@ say "installing packaging tools"
 "$py" -m pip install --quiet $(grep -E '^(pip|setuptools|wheel)==' "$repo/requirements.txt") 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; }
 
+# The stamp above changes with TF_PACKAGE, so a new choice of build (a GPU found, or TF_PACKAGE set) comes here.
+switch_tf_build "$py" "$TF_PACKAGE" || die "could not remove the other TensorFlow build from $venv (see above)."
 say "installing the pinned packages (TensorFlow as $TF_PACKAGE; a few minutes the first time)"
 scratch="$(mktemp -d)"  # the requirements file, and a TMPDIR for ipykernel install (below)
 trap 'rm -rf "$scratch"' EXIT

@@ -7,6 +7,8 @@
 #
 # The wheels are for this machine's operating system, processor and Python (3.11): make the
 # wheelhouse on a machine like the classroom's (Linux x86_64 for Linux x86_64 laptops, and so on).
+# TensorFlow is the CPU build unless TF_PACKAGE names another (TF_PACKAGE='tensorflow[and-cuda]' for GPU machines:
+# the set-up installs a wheelhouse's TensorFlow wheel whatever the machine has, and says so where nvidia-smi lists a GPU).
 # Uses the course environment's Python (.venv, made by `make lab`/`make test`), where Horovod's build
 # needs TensorFlow; the Horovod wheel comes from the cache of tools/build_horovod.sh when it is there.
 set -euo pipefail

@@ -7,6 +7,10 @@ import tempfile
 # Quiet TensorFlow's start-up chatter (C++ INFO and WARNING lines) in notebooks and their workers;
 # errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 before importing utils to see everything.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# With TensorFlow's GPU build (installed where nvidia-smi lists a GPU), each TensorFlow process would reserve nearly
+# all of a GPU's memory at its first operation, and a second lesson's kernel would find none left. Memory as needed
+# instead; the workers that the launcher starts run on the CPU anyway (utils/launch.py: CUDA_VISIBLE_DEVICES=-1).
+os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
 
 #: Lines TensorFlow prints while it starts, whatever TF_CPP_MIN_LOG_LEVEL says (they come before its
 #: logging is set up). The launcher hides them from workers' output; notebooks import TensorFlow quietly.

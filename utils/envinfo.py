@@ -178,6 +178,87 @@ def gpus() -> list[str]:
     return [d.name for d in tf.config.list_physical_devices("GPU")]
 
 
+def tensorflow_build() -> str | None:
+    """The TensorFlow distribution installed: 'tensorflow-cpu' (the CPU build), 'tensorflow' (the GPU build on Linux;
+    the CPU build on macOS), 'tensorflow-macos', or None."""
+    return next((name for name in ("tensorflow-cpu", "tensorflow", "tensorflow-macos") if package_version(name)), None)
+
+
+def nvidia_gpus(timeout: float = 20) -> tuple[list[str], str]:
+    """The NVIDIA GPUs that `nvidia-smi -L` lists (their names), and why none is listed ('' when one is): the same
+    test as the set-up's (tools/portable.sh, nvidia_gpus), which chose the TensorFlow build from it."""
+    import shutil
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return [], "no nvidia-smi"
+    try:
+        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return [], f"nvidia-smi failed (no answer in {timeout:g} s)"
+    except OSError as exc:
+        return [], f"nvidia-smi failed ({exc})"
+    text = done.stdout + done.stderr
+    names = [
+        re.sub(r" \(UUID:.*", "", line.split(": ", 1)[-1]) for line in text.splitlines() if line.startswith("GPU ")
+    ]
+    if done.returncode == 0 and names:
+        return names, ""
+    said = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    verb = "lists no GPU" if done.returncode == 0 else "failed"
+    return [], f"nvidia-smi {verb} (exit {done.returncode}: {said})"
+
+
+def gpu_report(tf_gpus: list[str] | None = None) -> str:
+    """What this machine's NVIDIA GPUs (nvidia-smi) and its TensorFlow build make of each other, and what to do where
+    they disagree; `tf_gpus` is gpus() (asked of TensorFlow when None)."""
+    found, problem = nvidia_gpus()
+    build = tensorflow_build()
+    again = (
+        "run the set-up again in a terminal (`make env`; on a SageMaker notebook instance "
+        "`bash tools/sagemaker_lifecycle/setup.sh`, or stop and start it), then restart this kernel"
+    )
+    if not found:
+        if problem != "no nvidia-smi":
+            return (
+                f"{problem}: TensorFlow cannot use a GPU until the NVIDIA driver works, "
+                f"and every lesson runs on the CPU. Once `nvidia-smi -L` lists the GPU, {again}."
+            )
+        if build == "tensorflow" and sys.platform.startswith("linux"):
+            return (
+                "TensorFlow's GPU build is installed but this machine has no NVIDIA GPU: it runs on the CPU. "
+                "The CPU build is smaller and quieter: `make env TF_PACKAGE=tensorflow-cpu`."
+            )
+        return "No NVIDIA GPU here: every lesson runs on the CPU, and each says what changes on a GPU."
+    counts = {name: found.count(name) for name in found}  # "4 x NVIDIA L4", as the set-up says it
+    names = ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counts.items())
+    if build is None:
+        return f"nvidia-smi lists {names}, but TensorFlow is not installed: {again}."
+    if build != "tensorflow":
+        return (
+            f"nvidia-smi lists {names}, but TensorFlow's CPU build ({build}) is installed, so TensorFlow cannot use "
+            f"it. For TensorFlow's GPU build, {again}. (Nothing to do if TF_PACKAGE=tensorflow-cpu was chosen on purpose.)"
+        )
+    tf_gpus = gpus() if tf_gpus is None else tf_gpus
+    if not tf_gpus:
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        why = (
+            f"CUDA_VISIBLE_DEVICES={hidden!r} in this kernel's environment hides it"
+            if hidden is not None
+            else 'its CUDA libraries did not load (in a terminal, `TF_CPP_MIN_LOG_LEVEL=0 python -c "import tensorflow '
+            "as tf; print(tf.config.list_physical_devices('GPU'))\"` with the course's Python says why)"
+        )
+        return (
+            f"nvidia-smi lists {names} and TensorFlow's GPU build is installed, but TensorFlow sees no GPU: {why}. "
+            "Every lesson runs on the CPU."
+        )
+    return (
+        f"nvidia-smi lists {names}, and TensorFlow's GPU build sees {len(tf_gpus)} GPU(s). TensorFlow in this notebook "
+        "may use the GPU, taking GPU memory as it needs it (TF_FORCE_GPU_ALLOW_GROWTH); the worker processes that the "
+        "lessons start run on the CPU (the launcher hides the GPU from them), as on a CPU-only machine."
+    )
+
+
 def machine_line() -> str:
     """One line naming the CPU, its usable cores and the GPUs (or none) that measured a lesson's figures."""
     cpu = cpu_info()

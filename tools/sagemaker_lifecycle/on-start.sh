@@ -9,7 +9,13 @@
 # registers the kernel "Python 3 (distributed-training-course)", which a stop erases (it lives in ~/.local).
 # The first start takes 10 to 15 minutes; every later start takes seconds. Progress:
 #   ~/SageMaker/.course-env/setup.log   and the one-line state in ~/SageMaker/.course-env/status
+# On a GPU instance (ml.g5, ml.g6, ...) the set-up installs TensorFlow's GPU build (it asks nvidia-smi), and the log
+# says which build it chose and why.
 set -euo pipefail
+
+# TensorFlow's build. Empty: the GPU build where nvidia-smi lists a GPU, else the CPU build. tensorflow-cpu keeps
+# the CPU build on a GPU instance. (sudo below passes no environment to the set-up: this line does.)
+TF_PACKAGE="${TF_PACKAGE:-}"
 
 NB_USER="${COURSE_NB_USER:-ec2-user}"
 SAGEMAKER_DIR="${COURSE_SAGEMAKER_DIR:-/home/$NB_USER/SageMaker}"
@@ -40,6 +46,6 @@ as_user mkdir -p "$STATE"
 as_user bash -c 'echo "starting $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$0/status"' "$STATE"
 echo "[course] setting up $COURSE_DIR in the background; progress in $STATE/setup.log"
 # shellcheck disable=SC2016  # $0 and $1 are expanded by the inner shell
-as_user nohup bash -c 'exec bash "$0" "$1" >>"$1/setup.log" 2>&1' \
+as_user env "TF_PACKAGE=$TF_PACKAGE" nohup bash -c 'exec bash "$0" "$1" >>"$1/setup.log" 2>&1' \
   "$COURSE_DIR/tools/sagemaker_lifecycle/setup.sh" "$STATE" >/dev/null 2>&1 </dev/null &
 exit 0

@@ -9,6 +9,8 @@
 #
 #   bash tools/sagemaker_lifecycle/setup.sh [STATE]      (default: ~/SageMaker/.course-env)
 # Without conda (a laptop, or a test), COURSE_PYTHON names the Python 3.11 to use (default: python3.11).
+# TensorFlow's build is tools/setup_env.sh's choice: TF_PACKAGE when set (on-start.sh passes it on), else the GPU
+# build where `nvidia-smi -L` lists a GPU (a GPU instance), else the CPU build; the log says which, and why.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -66,5 +68,7 @@ TMPDIR="$scratch" "$STATE/venv/bin/python" -m ipykernel install --user --name "$
   --display-name "Python 3 ($KERNEL_NAME)" >/dev/null || { rm -rf "$scratch"; fail "the kernel could not be registered"; }
 rm -rf "$scratch"
 say "kernel \"Python 3 ($KERNEL_NAME)\" registered"
+# 4. The learner's copies of the lessons (utils/workspace.py): new lessons copied, the course's changes merged in.
+"$STATE/venv/bin/python" -m utils.workspace sync || fail "the lessons could not be copied into $repo/workspace"
 status ready
-say "ready in $(( $(date +%s) - start )) s: open notebooks/00_start_here.ipynb with that kernel"
+say "ready in $(( $(date +%s) - start )) s: open workspace/00_start_here.ipynb with that kernel"
