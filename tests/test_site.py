@@ -247,3 +247,185 @@ def test_a_build_of_some_lessons_keeps_no_link_to_a_lesson_it_leaves_out():
     assert site.unlink_lessons_not_built(nb, {"00_a.ipynb", "01_x.ipynb"}) == 1
     assert nb.cells[0].source == "Next: lesson 02; back to [lesson 00](00_a.ipynb#map)."
     assert nb.cells[1].source == "See [the docs](https://example.org/x.ipynb) and [a script](../scripts/t.ipynb)."
+
+
+# --- figures' text alternatives: recorded with each figure by the lessons, given to its image by the site
+
+
+def _figure(**titles):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure()
+    left, right = fig.subplots(1, 2)
+    left.set(xlabel="workers N", ylabel="hours")
+    if "suptitle" in titles:
+        fig.suptitle(titles["suptitle"])
+    left.set_title(titles.get("left", ""))
+    right.set_title(titles.get("right", ""))
+    return fig
+
+
+def test_a_figures_text_alternative_is_its_title():
+    assert site.figure_alt(_figure(suptitle="The scale doubles\nafter 10 steps", left="float16")) == (
+        "The scale doubles after 10 steps"  # the suptitle states the finding; panel names are left out
+    )
+    assert site.figure_alt(_figure(left="Time per run: 4 workers", right="Cost per day: $12")) == (
+        "Time per run: 4 workers; Cost per day: $12"
+    )
+    untitled = site.figure_alt(_figure())
+    assert untitled == f"{site.UNTITLED}: hours against workers N"
+
+
+def _figure_output(png: bytes, alt: str | None) -> nbformat.NotebookNode:
+    import base64
+
+    out = new_output("display_data", data={"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"})
+    if alt is not None:
+        out.metadata = {"image/png": {"alt": alt}}
+    return out
+
+
+def test_figures_without_a_title_or_a_recorded_alternative_are_problems():
+    nb = new_notebook(
+        cells=[
+            new_code_cell("a", outputs=[_figure_output(b"a", "2 ranks train 1.9x faster than 1")]),
+            new_code_cell("b", outputs=[_figure_output(b"b", f"{site.UNTITLED}: hours against workers N")]),
+            new_code_cell("c", outputs=[_figure_output(b"c", None)]),
+        ]
+    )
+    assert [alt for _, alt in site.figure_alts(nb)] == [
+        "2 ranks train 1.9x faster than 1",
+        f"{site.UNTITLED}: hours against workers N",
+        None,
+    ]
+    problems = site.figure_alt_problems(nb)
+    assert len(problems) == 2
+    assert problems[0].startswith("cell 1: its figure has no title") and "ax.set_title or fig.suptitle" in problems[0]
+    assert problems[1].startswith("the figure(s) of cell(s) 2 carry no text alternative: execute the lesson again")
+    from utils import execution
+
+    nb.metadata["course_run"] = execution.run_record("smoke", 60.0)
+    page = site.with_provenance(nb)  # a page's cells are numbered as in its lesson: its provenance note not counted
+    assert site.figure_alts(page) == site.figure_alts(nb)
+    alts = site.image_alts(nb)  # by the name of the image's file: the SHA-256 of its bytes, as myst-nb names it
+    import hashlib
+
+    assert alts[hashlib.sha256(b"a").hexdigest()] == "2 ranks train 1.9x faster than 1"
+    assert alts[hashlib.sha256(b"c").hexdigest()] == site.NO_ALT
+
+
+def test_a_lessons_figures_carry_their_title_in_their_outputs_metadata():
+    """In a real kernel with the inline backend, as the lessons run: after the lesson's set-up, plt.show(), a figure
+    as a cell's value and display(fig) all record the figure's title as its text alternative."""
+    setup = "from utils import lesson\nlesson._record_figure_alts()\nimport matplotlib.pyplot as plt"
+    cells = [
+        setup,
+        "fig, ax = plt.subplots()\nax.plot([1, 2])\nax.set_title('Loss falls by half')\nplt.show()",
+        "fig, ax = plt.subplots()\nfig.suptitle('2 workers\\nend level')\nplt.close(fig)\nfig",
+        "fig, ax = plt.subplots()\nax.plot([1, 2])\nplt.show()",
+    ]
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    from nbclient import NotebookClient
+
+    from utils.paths import NOTEBOOKS
+
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    alts = site.figure_alts(nb)
+    assert alts == [
+        (1, "Loss falls by half"),
+        (2, "2 workers end level"),
+        (3, f"{site.UNTITLED}: 1 plot(s) without labels"),
+    ]
+    assert nb.cells[1].outputs[0].metadata == {"image/png": {"alt": "Loss falls by half"}}
+
+
+def test_the_site_gives_each_figure_the_text_alternative_recorded_with_it(tmp_path):
+    """A small book built by Sphinx with myst-nb and utils.site, as tools/build_site.py's book lists them."""
+    import base64
+    import subprocess
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import io
+
+    pngs = []
+    for title in ("one", "two"):
+        fig = _figure(suptitle=title)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=20)
+        pngs.append(buffer.getvalue())
+    nb = new_notebook(
+        cells=[
+            new_markdown_cell("# A lesson"),
+            new_code_cell("plot()", outputs=[_figure_output(pngs[0], "Loss falls by half")]),
+            new_code_cell("plot()", outputs=[_figure_output(pngs[1], None)]),
+        ]
+    )
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    src = tmp_path / "src"
+    src.mkdir()
+    nbformat.write(nb, src / "lesson.ipynb")
+    (src / "conf.py").write_text(
+        "extensions = ['myst_nb', 'utils.site']\nnb_execution_mode = 'off'\nroot_doc = 'lesson'\n"
+        "exclude_patterns = ['_build']\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(tmp_path / "html")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "html" / "lesson.html").read_text()
+    assert 'alt="Loss falls by half"' in page
+    assert f'alt="{site.NO_ALT}"' in page
+    assert base64.b64encode(pngs[0]).decode() not in page  # as files, named by their hash
+
+
+# --- axe-core in the browser check
+
+#: A page with two serious or critical faults axe-core reports (an image with no text alternative, grey text on
+#: white that fails the contrast ratio) and the same page with them fixed.
+FAULTY_PAGE = (
+    "<!doctype html><html lang='en'><head><title>Lesson</title></head><body><main><h1>Lesson</h1>"
+    "<p style='color: #bbb; background: #fff'>A sentence too pale to read.</p>"
+    "<div class='cell_output'><img src='data:image/gif;base64,R0lGODlhAQABAAAAACw=' width='40' height='40'></div>"
+    "</main></body></html>"
+)
+FIXED_PAGE = FAULTY_PAGE.replace("#bbb", "#444").replace("<img ", "<img alt='Loss falls by half' ")
+
+
+def test_the_browser_check_runs_axe_and_fails_on_serious_violations(browser_check):
+    from axe_playwright_python.sync_playwright import Axe
+
+    check_site, _, page = browser_check
+    axe = Axe()
+    for size in ("desktop", "phone"):
+        page.set_content(FAULTY_PAGE)
+        failing, _ = check_site.accessibility(page, axe, check_site.AXE_OPTIONS[size])
+        rules = sorted(line.split("'")[1] for line in failing)
+        assert rules == (["color-contrast", "image-alt"] if size == "desktop" else ["image-alt"])
+        image = next(line for line in failing if "'image-alt'" in line)
+        assert image.startswith("axe critical 'image-alt': Images must have alternative text (1 element(s): img)")
+        page.set_content(FIXED_PAGE)
+        assert check_site.accessibility(page, axe, check_site.AXE_OPTIONS[size])[0] == []
+    page.set_content(FIXED_PAGE.replace("<main>", "<div>").replace("</main>", "</div>"))
+    assert check_site.accessibility(page, axe, check_site.AXE_OPTIONS["desktop"]) == (
+        [],
+        ["landmark-one-main (moderate, 1 element(s))", "region (moderate, 1 element(s))"],
+    )  # listed, not failing
+    assert check_site.axe_version(axe).startswith("4.")
+
+
+def test_the_browser_check_finds_figures_whose_text_alternative_is_a_file_name(browser_check):
+    check_site, _, page = browser_check
+    figure = "<div class='cell_output'><img alt='{}' src='data:image/gif;base64,R0lGODlhAQABAAAAACw='></div>"
+    page.set_content(figure.format("../_images/ce40c5f4.png") + figure.format("") + figure.format("Loss falls by half"))
+    assert check_site.figures_without_alt(page) == ["../_images/ce40c5f4.png", ""]

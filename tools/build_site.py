@@ -45,9 +45,9 @@ sphinx:
   config:
     # Jupyter Book's default list without Thebe (it loads code from unpkg.com, and sphinx-thebe 0.3.1
     # declares its script twice on each page) and intersphinx (it fetches inventories from the internet);
-    # MathJax from the site itself.
+    # MathJax from the site itself; utils.site gives each figure the text alternative recorded with it (its title).
     extensions: [sphinx_togglebutton, sphinx_copybutton, myst_nb, jupyter_book, sphinx_comments, sphinx_external_toc,
-                 sphinx_design, sphinx_book_theme, sphinx-mathjax-offline, sphinx_multitoc_numbering]
+                 sphinx_design, sphinx_book_theme, sphinx-mathjax-offline, sphinx_multitoc_numbering, utils.site]
     # pydata-sphinx-theme logs a console error on a first visit unless a default mode is given.
     html_context:
       default_mode: light
@@ -122,7 +122,10 @@ def main() -> None:
     html = args.out / "html"
     shutil.rmtree(src / "_build", ignore_errors=True)
     book = Path(sys.executable).with_name("jupyter-book")
-    result = subprocess.run([str(book), "build", str(src), "--builder", "html", "--keep-going", "-W"], check=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [str(book), "build", str(src), "--builder", "html", "--keep-going", "-W"], check=False, env=env
+    )  # the course's utils on the path: utils.site is one of the book's extensions
     if result.returncode != 0:
         sys.exit(
             "[site] jupyter-book reported warnings or errors (above); the site was not published to build/site/html."

@@ -9,7 +9,9 @@ actually decoded; no output is an error or a traceback; every link between pages
 and lesson 00 name every lesson; no page is wider than the screen, at a desktop width or on a phone (390 px):
 wide tables and code scroll inside their own box. Each lesson's length is measured in screens at 1366 x 768
 (the whole page, and its core path: the page without its "(deep dive)" sections) and the core path must fit
-MAX_CORE_SCREENS. Screenshots at both widths go to build/site/screenshots.
+MAX_CORE_SCREENS. axe-core's accessibility rules run on every page at both widths: a serious or critical
+violation fails the check, moderate and minor ones are listed; every figure must have a text alternative that
+states its finding (its title, recorded with the figure). Screenshots at both widths go to build/site/screenshots.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import argparse
 import functools
 import http.server
 import os
+import re
 import shutil
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -76,6 +80,21 @@ OVERFLOW_JS = """() => {
     .map(el => `text of ${name(el)} runs to ${Math.round(el.getBoundingClientRect().left + el.scrollWidth)} px (${text(el)})`);
   return {width, scroll, offenders: [...boxes, ...texts].slice(0, 5)};
 }"""
+
+#: The impacts of an axe-core violation that fail the check; moderate and minor ones are listed without failing it.
+AXE_FAILING = ("critical", "serious")
+#: axe-core's options at each width. Colour contrast, most of axe's time on a long lesson (it checks every coloured
+#: token of the code), is checked once, at the desktop width: the phone's layout uses the same colours.
+AXE_OPTIONS = {
+    "desktop": {"resultTypes": ["violations"]},
+    "phone": {"resultTypes": ["violations"], "rules": {"color-contrast": {"enabled": False}}},
+}
+
+#: The figures in cell outputs whose text alternative is missing or is only their file's name (what Sphinx writes
+#: for an image given no text alternative).
+FIGURE_ALTS_JS = """() => [...document.querySelectorAll('.cell_output img')]
+  .map(i => (i.getAttribute('alt') || '').trim())
+  .filter(alt => !alt || /^[^\\s]+\\.(png|jpe?g|svg|gif)$/i.test(alt))"""
 
 #: The page's height and the height of its deep-dive sections (the outermost ones), in pixels.
 LENGTH_JS = """() => {
@@ -149,6 +168,29 @@ def check_page(page, url: str, problems: list[str]) -> tuple[str, int]:
     return page.content(), images
 
 
+def accessibility(page, axe, options: dict) -> tuple[list[str], list[str]]:
+    """axe-core's violations on the open page: those that fail the check (AXE_FAILING), one line each (impact, rule,
+    what it asks, the first elements at fault), and the others in short (rule, impact, number of elements)."""
+    failing, others = [], []
+    for v in axe.run(page, options=options).response["violations"]:
+        targets = [" ".join(str(part) for part in node["target"]) for node in v["nodes"]]
+        if v["impact"] not in AXE_FAILING:
+            others.append(f"{v['id']} ({v['impact']}, {len(targets)} element(s))")
+            continue
+        failing.append(
+            f"axe {v['impact']} '{v['id']}': {v['help']} ({len(targets)} element(s): "
+            + "; ".join(targets[:3])
+            + ("; ..." if len(targets) > 3 else "")
+            + ")"
+        )
+    return failing, others
+
+
+def figures_without_alt(page) -> list[str]:
+    """The text alternatives of the open page's figures that are missing or only a file name ('' when missing)."""
+    return page.evaluate(FIGURE_ALTS_JS)
+
+
 def overflow(page) -> str | None:
     """What makes the open page wider than its screen, or None when it fits."""
     found = page.evaluate(OVERFLOW_JS)
@@ -166,6 +208,12 @@ def length_in_screens(page) -> tuple[float, float]:
     return found["height"] / found["viewport"], (found["height"] - found["deep"]) / found["viewport"]
 
 
+def axe_version(axe) -> str:
+    """The version of the axe-core script that axe-playwright-python bundles (its first line names it)."""
+    match = re.search(r"axe v([0-9.]+)", axe.axe_script[:200])
+    return match.group(1) if match else "(unknown version)"
+
+
 def main() -> None:
     """Run every check; exit 1 with the list of problems when any is found."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -174,6 +222,7 @@ def main() -> None:
     html_dir, src = args.site / "html", args.site / "src"
     if not (html_dir / "index.html").exists():
         sys.exit(f"No site in {html_dir}: run `make site` first.")
+    from axe_playwright_python.sync_playwright import Axe
     from playwright.sync_api import sync_playwright
 
     names = [p.name for p in sorted((src / "notebooks").glob("*.ipynb"))]
@@ -183,6 +232,7 @@ def main() -> None:
     shots.mkdir(parents=True, exist_ok=True)
     server, base = serve(html_dir)
     links: set[str] = set()
+    axe, axe_seconds, axe_minor = Axe(), 0.0, 0
     pages = [("index", base + "index.html", None)]
     pages += [(Path(n).stem, f"{base}notebooks/{Path(n).stem}.html", src / "notebooks" / n) for n in names]
     pages += [(f"docs-{p.stem}", f"{base}docs/{p.stem}.html", None) for p in sorted((src / "docs").glob("*.md"))]
@@ -199,6 +249,20 @@ def main() -> None:
                     wide = overflow(page)
                     if wide:
                         problems.append(f"{stem} at {width} px: {wide}")
+                    started = time.perf_counter()
+                    failing, others = accessibility(page, axe, AXE_OPTIONS[size])
+                    axe_seconds += time.perf_counter() - started
+                    problems += [f"{stem} at {width} px: {line}" for line in failing]
+                    if others:
+                        print(f"[site] {stem} at {width} px: axe, not failing: {', '.join(others)}")
+                    axe_minor += len(others)
+                    bare = figures_without_alt(page) if size == "desktop" else []
+                    if bare:
+                        problems.append(
+                            f"{stem}: {len(bare)} figure(s) shown without a text alternative that states their "
+                            f"finding (alt {bare[0]!r}): build the site with tools/build_site.py, whose book lists "
+                            "utils.site among its extensions (it gives each figure the text alternative recorded with it)"
+                        )
                     if size == "desktop" and notebook is not None:
                         whole, core = length_in_screens(page)
                         print(f"[site] {stem}: {whole:.1f} screens at {width}x{height}, core path {core:.1f}")
@@ -225,6 +289,7 @@ def main() -> None:
                         if images != expected:
                             problems.append(f"{stem}: {images} figures shown, the notebook has {expected}")
                         problems += [f"{stem}: {e}" for e in site.error_outputs(nb)]
+                        problems += [f"{stem}: {e}" for e in site.figure_alt_problems(nb)]
                         if "Outputs on this page:" not in text:
                             problems.append(f"{stem}: the page does not say which mode, machine and day made it")
                 problems += [f"request to a host outside this machine: {u}" for u in sorted(set(outside))]
@@ -238,6 +303,10 @@ def main() -> None:
     finally:
         server.shutdown()
     print(f"[site] {len(pages)} pages, {len(links)} internal links checked; screenshots in {shots}")
+    print(
+        f"[site] axe-core {axe_version(axe)} ran on every page at {len(SIZES)} widths in {axe_seconds:.0f} s; "
+        f"{axe_minor} moderate or minor rule violation(s) listed above (they do not fail the check)"
+    )
     if problems:
         print("[site] PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)
         sys.exit(1)

@@ -139,6 +139,7 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
     if warning:
         print(warning)
     _register_magics()
+    _record_figure_alts()
     lesson = Lesson(notebook)
     if horovod:
         from utils import launch
@@ -146,6 +147,20 @@ def start(notebook: str, *, horovod: bool = False) -> Lesson:
         lesson.horovod_ok, lesson.horovod_why = launch.horovod_available()
         print(lesson.horovod_why)
     return lesson
+
+
+def _record_figure_alts() -> None:
+    """Under IPython, have each figure's output carry its title as its text alternative (utils.site.figure_alt), which
+    the website gives to the figure's image."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None:
+        from utils import site
+
+        site.record_figure_alts(shell)
 
 
 def _register_magics() -> None:

@@ -1,11 +1,15 @@
-"""The course website: its table of contents, the README as a front page, and what a page must show."""
+"""The course website: its table of contents, the README as a front page, and what a page must show; its figures'
+text alternatives, recorded by the lessons and given to the images by this module as a Sphinx extension (setup)."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import os
 import re
 from html.parser import HTMLParser
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urldefrag, urljoin, urlparse
 
@@ -23,6 +27,131 @@ def figure_count(nb: Any) -> int:
                 if any(mime in out.get("data", {}) for mime in IMAGE_MIMES):
                     count += 1
     return count
+
+
+#: How a figure's text alternative begins when the figure has no title to state its finding (figure_alt).
+UNTITLED = "Untitled figure"
+#: The text alternative a page gives a figure whose executed copy recorded none (figure_alt_problems reports it).
+NO_ALT = "A figure (no text alternative was recorded with it: its title, in the image, states its finding)"
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def figure_alt(fig: Any) -> str:
+    """A matplotlib figure's text alternative: its suptitle, or else the titles of its plots, which in this course
+    state the figure's finding. A figure with neither gets UNTITLED and what its plots show (their axis labels)."""
+    if _clean(fig.get_suptitle()):
+        return _clean(fig.get_suptitle())
+    titles = [_clean(ax.get_title(loc)) for ax in fig.axes for loc in ("left", "center", "right")]
+    if any(titles):
+        return "; ".join(t for t in titles if t)
+    plots = [(_clean(ax.get_ylabel()), _clean(ax.get_xlabel())) for ax in fig.axes]
+    shown = [f"{y or 'values'} against {x or 'position'}" for y, x in plots if x or y]
+    return f"{UNTITLED}: " + ("; ".join(shown) if shown else f"{len(fig.axes)} plot(s) without labels")
+
+
+def record_figure_alts(shell: Any) -> None:
+    """From now on, each matplotlib figure the IPython shell displays carries its text alternative (figure_alt) in
+    its output's metadata, where the notebook format keeps it: {"image/png": {"alt": ...}}. The website gives it to
+    the figure's image; a screen reader reads it there."""
+
+    def alt_metadata(fig: Any) -> tuple[dict, dict]:
+        formatters = shell.display_formatter.formatters
+        mimes = []
+        for mime in IMAGE_MIMES:
+            try:
+                formatters[mime].lookup(fig)  # the image formats the inline backend renders figures to
+            except KeyError:
+                continue
+            mimes.append(mime)
+        alt = figure_alt(fig)
+        return {}, {mime: {"alt": alt} for mime in mimes}
+
+    shell.display_formatter.mimebundle_formatter.for_type_by_name("matplotlib.figure", "Figure", alt_metadata)
+
+
+def figure_alts(nb: Any) -> list[tuple[int, str | None]]:
+    """(cell index in the lesson, recorded text alternative or None) for each image output of an executed notebook
+    or of its page (whose provenance note is not counted)."""
+    found = []
+    cells = [c for c in nb["cells"] if c.get("id") != PROVENANCE_ID]
+    for index, cell in enumerate(cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") in ("display_data", "execute_result"):
+                mimes = [m for m in IMAGE_MIMES if m in out.get("data", {})]
+                if mimes:
+                    alt = out.get("metadata", {}).get(mimes[0], {}).get("alt")
+                    found.append((index, _clean(alt) if isinstance(alt, str) and alt.strip() else None))
+    return found
+
+
+def figure_alt_problems(nb: Any) -> list[str]:
+    """The figures of an executed notebook whose text alternative does not state a finding, in lines: one for each
+    figure with no title, one for all those that carry no text alternative."""
+    alts = figure_alts(nb)
+    found = [
+        f"cell {index}: its figure has no title, so its text alternative only reads '{alt}': give it a title that "
+        "states its finding (ax.set_title or fig.suptitle)"
+        for index, alt in alts
+        if alt is not None and alt.startswith(UNTITLED)
+    ]
+    bare = [str(index) for index, alt in alts if alt is None]
+    if bare:
+        found.append(
+            f"the figure(s) of cell(s) {', '.join(bare)} carry no text alternative: execute the lesson again "
+            "(the lessons record each figure's title with it)"
+        )
+    return found
+
+
+def _image_file_stem(mime: str, content: Any) -> str:
+    """The name myst-nb gives an image output's file, without its extension: the SHA-256 of its bytes."""
+    if mime == "image/svg+xml":
+        text = content if isinstance(content, str) else "".join(content)
+        data = os.linesep.join(text.splitlines()).encode("utf-8")
+    else:
+        data = base64.b64decode(content if isinstance(content, str) else "".join(content))
+    return hashlib.sha256(data).hexdigest()
+
+
+def image_alts(nb: Any) -> dict[str, str]:
+    """Image file name (without extension) -> the text alternative its page gives it, for each image output of a
+    notebook: the recorded one, or NO_ALT."""
+    alts = {}
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if out.get("output_type") not in ("display_data", "execute_result"):
+                continue
+            for mime in IMAGE_MIMES:
+                if mime in out.get("data", {}):
+                    alt = out.get("metadata", {}).get(mime, {}).get("alt")
+                    alt = _clean(alt) if isinstance(alt, str) and alt.strip() else NO_ALT
+                    alts[_image_file_stem(mime, out["data"][mime])] = alt
+    return alts
+
+
+def _give_figures_their_alts(app: Any, doctree: Any) -> None:
+    """Sphinx, on reading a page: each image of a notebook's outputs gets the text alternative recorded with it
+    (Sphinx would otherwise use the image's file name)."""
+    import nbformat
+    from docutils import nodes
+
+    path = Path(app.env.doc2path(app.env.docname))
+    if path.suffix != ".ipynb":
+        return
+    alts = image_alts(nbformat.read(path, as_version=4))
+    for node in doctree.findall(nodes.image):
+        stem = PurePosixPath(node["uri"]).stem
+        if stem in alts and not node.get("alt"):
+            node["alt"] = alts[stem]
+
+
+def setup(app: Any) -> dict:
+    """This module as a Sphinx extension (tools/build_site.py's book configuration): figures' text alternatives."""
+    app.connect("doctree-read", _give_figures_their_alts)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 
 def error_outputs(nb: Any) -> list[str]:
@@ -179,6 +308,10 @@ MODE_MEANING = {
 }
 
 
+#: The id of the provenance note's cell on a lesson's page.
+PROVENANCE_ID = "course-provenance"
+
+
 def provenance_note(nb: Any) -> str:
     """One line for the top of a lesson's page: which mode, machine and day produced its outputs, and how long
     the lesson took (from the executed copy's `course_run`, utils.execution)."""
@@ -198,6 +331,6 @@ def with_provenance(nb: Any) -> Any:
 
     page = copy.deepcopy(nb)
     note = nbformat.v4.new_markdown_cell(provenance_note(nb))
-    note["id"] = "course-provenance"
+    note["id"] = PROVENANCE_ID
     page["cells"].insert(1, note)
     return page
