@@ -2,7 +2,7 @@
 
 import pytest
 
-from utils import bench
+from utils import bench, steady
 
 
 def test_steady_step_drops_the_tracing_epoch():
@@ -54,3 +54,75 @@ def test_a_measurement_slowed_at_small_sizes_is_merged_with_the_next_one_size_by
     assert merged[2]["algbw_GBps"] == pytest.approx((4 << 20) / 0.004 / 1e9)
     assert merged[2]["busbw_GBps"] == pytest.approx(merged[2]["algbw_GBps"])  # 2 (N-1) / N = 1 at N = 2
     assert bench._grows_with_size(merged)
+
+
+def test_progress_prints_one_short_line_per_result_and_hides_the_workers_lines(capsys):
+    show = bench.progress("2 ranks")
+    assert not show('[1,0]<stdout>:RESULT {"rank": 0, "np": 2, "bytes": 4096, "best_seconds": 0.00111}')
+    assert not show('RESULT {"variant": "grouped_allreduce", "best_seconds": 0.0035}')
+    assert not show("2026-01-01 I tensorflow/core/platform/cpu_feature_guard.cc: chatter")
+    assert not show("RESULT {not json")
+    assert capsys.readouterr().out.splitlines() == [
+        "  2 ranks: 4 KiB measured (best call 1.11 ms)",
+        "  2 ranks: grouped_allreduce measured (best call 3.50 ms)",
+    ]
+    assert [bench.describe_bytes(b) for b in (100, 4 << 10, 3 << 19, 64 << 20)] == [
+        "100 B",
+        "4 KiB",
+        "1.5 MiB",
+        "64 MiB",
+    ]
+
+
+def _fusion(times: dict[str, tuple[float, float]], spread: float = 0.05) -> list[dict]:
+    """Rows of both settings: variant -> (best ms on, best ms off), each median `spread` above its best."""
+    rows = []
+    for variant, (on, off) in times.items():
+        for setting, best in ((bench.FUSION_ON, on), (bench.FUSION_OFF, off)):
+            record = {
+                "variant": variant,
+                "tensors": 64,
+                "best_seconds": best / 1e3,
+                "seconds": best * (1 + spread) / 1e3,
+            }
+            rows += bench.fusion_rows(setting, [record])
+    return rows
+
+
+def test_the_fusion_reading_follows_the_numbers():
+    quiet = steady.Contention(seconds=30, cores=2, others_cpu_seconds=0.6, steal_seconds=0)
+    rows = _fusion({bench.EAGER: (104, 98), bench.IN_GRAPH: (5.9, 21.5), bench.GROUPED: (3.5, 16.1)})
+    text = bench.fusion_reading(rows, quiet)
+    assert "the same within the spread of the calls" in text and "fused or not" in text
+    assert "makes the tf.function 3.6× slower" in text and "makes grouped_allreduce 4.6× slower" in text
+    assert "30× less than 64 eager calls" in text and "other programs took 1%" in text
+    assert bench.fusion_saving(rows, quiet) == pytest.approx((21.5 - 5.9, 21.5))
+    # the eager calls 186 against 109 ms: not the same, and not fusion's doing either
+    rows = _fusion({bench.EAGER: (186, 109), bench.IN_GRAPH: (57.5, 78.6), bench.GROUPED: (56.7, 49.5)})
+    text = bench.fusion_reading(rows)
+    assert "fused or not" not in text and "1.7× apart" in text and "cannot say what made the difference" in text
+    assert "makes the tf.function 1.4× slower" in text
+    assert "leaves grouped_allreduce within the spread of the calls (56.7 and 49.5 ms)" in text
+    rows = _fusion({bench.EAGER: (100, 100), bench.IN_GRAPH: (60, 30), bench.GROUPED: (10, 10)})
+    assert "makes the tf.function 2.0× faster" in bench.fusion_reading(rows)
+    assert bench.fusion_saving(rows) is None  # fusion saved nothing there
+
+
+def test_a_gap_within_the_calls_spread_is_not_clear():
+    rows = _fusion({bench.EAGER: (100, 140), bench.IN_GRAPH: (10, 25), bench.GROUPED: (5, 9)}, spread=0.5)
+    assert not bench.fusion_gap(rows, bench.EAGER).clear  # 40 ms apart, but the calls spread over 70 ms
+    assert bench.fusion_gap(rows, bench.IN_GRAPH).clear  # 15 ms apart: more than a quarter and the 12.5 ms spread
+    assert bench.fusion_gap(rows, bench.GROUPED).on == 5
+    with pytest.raises(ValueError, match="fusion off"):
+        bench.fusion_gap([r for r in rows if r["setting"] == bench.FUSION_ON], bench.EAGER)
+
+
+def test_a_busy_machine_gets_no_fusion_verdict():
+    busy = steady.Contention(seconds=30, cores=2, others_cpu_seconds=24, steal_seconds=0)
+    rows = _fusion({bench.EAGER: (186, 109), bench.IN_GRAPH: (5.9, 21.5), bench.GROUPED: (3.5, 16.1)})
+    text = bench.fusion_reading(rows, busy)
+    assert (
+        text.startswith("Other programs took 40% of this machine's 2 cores") and "did not have the same machine" in text
+    )
+    assert "×" not in text and "Run the cell again when the machine is quieter" in text
+    assert bench.fusion_saving(rows, busy) is None

@@ -3,40 +3,103 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
-import pytest
-from jupyter_client import KernelManager
+from jupyter_client import BlockingKernelClient, KernelManager
 
-CONFIG = Path(sys.prefix) / "etc" / "jupyter" / "jupyter_server_config.d" / "course.json"
+PREFIX = Path(sys.prefix)
+#: The file tools/setup_env.sh writes. jupyter_server reads every setting of jupyter_server_config.json (in each
+#: config folder); of the files in jupyter_server_config.d/ it reads only ServerApp.jpserver_extensions.
+CONFIG = PREFIX / "etc" / "jupyter" / "jupyter_server_config.json"
 WARNING = "Kernel is running over TCP without encryption"
+TOKEN = "kernel-transport-test"
 
 
-def _start_and_run(policy: str, log: Path) -> tuple[str, bool]:
-    """Start the course's kernel with a transport-encryption policy, run one line; return its stderr and
-    whether it was given Curve keys."""
-    km = KernelManager(kernel_name="python3", transport_encryption=policy)
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(port: int, path: str, method: str = "GET", body: dict | None = None) -> dict | None:
+    """One call to the server's REST API; its JSON answer (None for an empty one)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Authorization": f"token {TOKEN}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        text = answer.read()
+    return json.loads(text) if text else None
+
+
+def _lab_kernel(tmp_path: Path) -> tuple[dict, str]:
+    """Start JupyterLab as `make lab` does, start a python3 kernel through its API and run one line in it;
+    return the kernel's connection file (as a dict) and everything the server and kernel wrote."""
+    port, runtime, log = _free_port(), tmp_path / "runtime", tmp_path / "lab.log"
+    env = os.environ | {"JUPYTER_PATH": str(PREFIX / "share" / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime)}
+    argv = [str(PREFIX / "bin" / "jupyter"), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1"]
+    argv += [f"--IdentityProvider.token={TOKEN}", f"--notebook-dir={tmp_path}", "--ServerApp.port_retries=0"]
+    argv += ["--allow-root"] if os.getuid() == 0 else []
+    with log.open("w") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                _api(port, "/api/status")
+                break
+            except OSError:
+                assert server.poll() is None, f"JupyterLab exited:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"JupyterLab did not answer in 120 s:\n{log.read_text()}"
+                time.sleep(0.5)
+        kernel = _api(port, "/api/kernels", "POST", {"name": "python3"})
+        connection = json.loads((runtime / f"kernel-{kernel['id']}.json").read_text())
+        client = BlockingKernelClient()
+        client.load_connection_info(connection)
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=120)
+            reply = client.execute_interactive("6 * 7", timeout=60)
+            assert reply["content"]["status"] == "ok"
+        finally:
+            client.stop_channels()
+        _api(port, f"/api/kernels/{kernel['id']}", "DELETE")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return connection, log.read_text()
+
+
+def test_jupyterlab_kernels_start_with_encrypted_sockets(tmp_path):
+    assert CONFIG.exists(), f"{CONFIG} is missing: tools/setup_env.sh writes it (run `make env`)"
+    connection, log = _lab_kernel(tmp_path)
+    assert connection.get("curve_publickey") and connection.get("curve_secretkey"), connection
+    assert "Kernel started" in log and WARNING not in log, log
+
+
+def test_a_kernel_without_keys_prints_the_warning(tmp_path):
+    """The message the test above looks for is the one ipykernel prints when a kernel has no keys."""
+    km = KernelManager(kernel_name="python3", transport_encryption="disabled")
+    log = tmp_path / "kernel.log"
     with log.open("w") as err:
         km.start_kernel(stderr=err)
         try:
             kc = km.client()
             kc.start_channels()
             kc.wait_for_ready(timeout=120)
-            reply = kc.execute_interactive("6 * 7", timeout=60)
-            assert reply["content"]["status"] == "ok"
             kc.stop_channels()
         finally:
             km.shutdown_kernel(now=True)
-    return log.read_text(), km.curve_secretkey is not None
-
-
-def test_the_server_config_gives_kernels_encrypted_sockets(tmp_path):
-    if not CONFIG.exists():
-        pytest.fail(f"{CONFIG} is missing: tools/setup_env.sh writes it (run `make env`)")
-    policy = json.loads(CONFIG.read_text())["MappingKernelManager"]["transport_encryption"]
-    stderr, keyed = _start_and_run(policy, tmp_path / "configured.log")
-    assert keyed and WARNING not in stderr, stderr
-    # The same kernel without the setting: ipykernel's warning, which the configuration removes.
-    stderr, keyed = _start_and_run("disabled", tmp_path / "default.log")
-    assert not keyed and WARNING in stderr
+    assert km.curve_secretkey is None and WARNING in log.read_text()

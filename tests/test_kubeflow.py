@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -420,3 +421,35 @@ def test_the_played_kubelet_records_when_each_run_ended(tmp_path):
     pod = kf._pod_line(done.stdout)
     assert pod["exit_codes"] == [3, 0] and len(pod["ended"]) == 2
     assert start < pod["ended"][0] < pod["ended"][1] < time.time()
+
+
+def test_a_streamed_rehearsal_says_what_it_starts_and_each_restart_in_words(tmp_path, capsys):
+    once = ["sh", "-c", "test -f /data/once || { touch /data/once; exit 3; }; echo done"]
+    pod = kf.Pod(
+        name="p-0",
+        replica_type="Worker",
+        index=0,
+        dns=["p-0.p.default.svc"],
+        command=once,
+        env={},
+        restart_policy="OnFailure",
+        claims={"/data": "shared"},
+    )
+    run = kf.rehearse([pod], where="loopback", volumes={"shared": tmp_path}, timeout=60, stream=True)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (
+        "pods as processes of this machine, on loopback (asked for): the played kubelet starts 1 container(s) now "
+        "(p-0): each program imports TensorFlow and reads its data before its first epoch"
+    )
+    assert f"RESTART after exit code 3: the container starts again in {kf.BACKOFF:g} s (run 2)" in out, out
+    assert run.exit_codes == {"p-0": [3, 0]}
+
+
+def test_a_quiet_rehearsal_says_it_is_still_running(capsys):
+    with kf._heartbeat(True, every=0.3) as shown:
+        assert shown("epoch 1/2: loss 0.1")
+        time.sleep(1.6)
+    out = capsys.readouterr().out.splitlines()
+    assert out and all(line.startswith("  ... ") and line.endswith("waiting for their next line") for line in out), out
+    with kf._heartbeat(False) as shown:
+        assert shown is False

@@ -259,3 +259,13 @@ def test_ctrl_c_stops_every_process_of_the_run(monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert started and not _left_in(started)
+
+
+def test_a_long_run_says_it_is_still_going(capsys):
+    with simgrid._ticking("  ring", every=0.05):
+        time.sleep(0.23)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 3 and all(line.startswith("  ring: still simulating, ") for line in lines), lines
+    with simgrid._ticking(None, every=0.05):
+        time.sleep(0.1)
+    assert capsys.readouterr().out == ""

@@ -171,9 +171,12 @@ TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 \
 say "kernel python3 registered in $venv"
 # JupyterLab's kernels talk to the server over CurveZMQ-encrypted sockets (the kernelspec declares support):
 # no "Kernel is running over TCP without encryption" warning at every kernel start, and nothing in clear text.
-mkdir -p "$venv/etc/jupyter/jupyter_server_config.d"
+# The setting goes in jupyter_server_config.json: of the files in jupyter_server_config.d/ the server reads only
+# which extensions are enabled (ServerApp.jpserver_extensions), so a setting there is silently ignored.
+mkdir -p "$venv/etc/jupyter"
 printf '{"MappingKernelManager": {"transport_encryption": "auto"}}\n' \
-  >"$venv/etc/jupyter/jupyter_server_config.d/course.json"
+  >"$venv/etc/jupyter/jupyter_server_config.json"
+rm -f "$venv/etc/jupyter/jupyter_server_config.d/course.json"  # where earlier set-ups wrote it, to no effect
 # Notebooks are committed without outputs, whatever a learner's session left in them.
 bash "$repo/tools/git_filter.sh" "$repo" "$py"
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,20 @@ def measure_allreduce(
         raise ValueError(f"sizes must be byte counts of at least 4 (one float32), got {list(sizes)}")
     cpu = envinfo.cpu_info()
     args = ["--mode", "sizes", "--repeats", str(repeats), "--sizes", *map(str, sorted(sizes))]
+    if isinstance(bandwidth, str) and bandwidth == LOOPBACK:
+        where = ""
+    else:
+        from utils import netlab
+
+        where = f" over {netlab.describe_rate(netlab.parse_bandwidth(bandwidth))} links"
     rows = []
     for n in ranks:
         start = time.perf_counter()
+        print(
+            f"allreduce on {n} ranks{where}: starting Horovod, then {len(sizes)} sizes from "
+            f"{describe_bytes(min(sizes))} to {describe_bytes(max(sizes))}",
+            flush=True,
+        )
         these = _allreduce_rows(n, args, timeout, env, bandwidth, cpu)
         for _ in range(remeasure if len(sizes) > 1 else 0):
             if _grows_with_size(these):
@@ -55,13 +67,43 @@ def measure_allreduce(
             )
             these = merge_best(these, _allreduce_rows(n, args, timeout, env, bandwidth, cpu))
         rows += these
-        link = these[0]["link"] if these else "loopback"
-        where = "" if link == "loopback" else f" over {link} links"
         print(
             f"allreduce on {n} ranks{where}: {len(sizes)} sizes measured in {time.perf_counter() - start:.0f} s",
             flush=True,
         )
     return rows
+
+
+def describe_bytes(nbytes: int) -> str:
+    """'4 KiB', '1.5 MiB', '64 MiB' or '100 B': a size as the progress lines and tables print it."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g} {unit}"
+    return f"{nbytes} B"
+
+
+def progress(what: str) -> Callable[[str], bool]:
+    """A `stream` filter for utils.launch: one short line for each RESULT a worker of the allreduce benchmark prints
+    (the size or the variant it has just measured, and its best time), and none of the workers' own lines."""
+
+    def show(line: str) -> bool:
+        at = line.find("RESULT ")
+        if at < 0:
+            return False
+        try:
+            record = json.loads(line[at + len("RESULT ") :])
+        except ValueError:
+            return False
+        if "bytes" in record:
+            done = f"{describe_bytes(record['bytes'])} measured"
+        else:
+            done = f"{record.get('variant', 'a measurement')} measured"
+        if "best_seconds" in record:
+            done += f" (best call {1e3 * record['best_seconds']:.2f} ms)"
+        print(f"  {what}: {done}", flush=True)
+        return False
+
+    return show
 
 
 def _grows_with_size(rows: list[dict[str, Any]]) -> bool:
@@ -96,14 +138,14 @@ def _allreduce_rows(n, args, timeout, env, bandwidth, cpu) -> list[dict[str, Any
     """One measurement of every size on `n` ranks (see measure_allreduce)."""
     if isinstance(bandwidth, str) and bandwidth == LOOPBACK:
         run = launch.launch_horovodrun(
-            ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=False
+            ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=progress(f"{n} ranks")
         )
         link, link_bps = "loopback", float("nan")
     else:
         from utils import netlab
 
         with netlab.Lab(n, bandwidth) as lab:
-            run = lab.launch_horovod(ALLREDUCE_WORKER, args, timeout=timeout, env=env, stream=False)
+            run = lab.launch_horovod(ALLREDUCE_WORKER, args, timeout=timeout, env=env, stream=progress(f"{n} ranks"))
         link, link_bps = netlab.describe_rate(lab.bandwidth), lab.bandwidth or float("nan")
     rows = []
     for r in run.records():
@@ -135,6 +177,122 @@ def write_rows(rows: list[dict[str, Any]], out: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+
+
+#: The three ways the fusion benchmark reduces its tensors (scripts/workers/allreduce_worker.py --mode fusion).
+EAGER, IN_GRAPH, GROUPED = "eager, one op at a time", "tf.function, all ops at once", "grouped_allreduce"
+#: The two settings lesson 03 compares, each with the environment that sets it.
+FUSION_ON, FUSION_OFF = "fusion on (default)", "fusion off"
+FUSION_SETTINGS = ((FUSION_ON, {}), (FUSION_OFF, {"HOROVOD_FUSION_THRESHOLD": "0"}))
+#: Two best times differ only by more than this share of the smaller one and more than either run's spread.
+TOLERANCE = 0.25
+
+
+def fusion_rows(setting: str, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per variant of a fusion run's RESULT records: the setting, and the best and the median call in ms."""
+    return [
+        {
+            "setting": setting,
+            "variant": r["variant"],
+            "tensors": r["tensors"],
+            "best ms": 1e3 * r["best_seconds"],
+            "median ms": 1e3 * r["seconds"],
+        }
+        for r in records
+    ]
+
+
+def fusion_table(rows: Sequence[dict[str, Any]]):
+    """The best call of each variant (a row) under each setting (a column), in ms (a pandas DataFrame)."""
+    import pandas as pd
+
+    table = pd.DataFrame(list(rows)).pivot(index="variant", columns="setting", values="best ms")
+    table.columns.name = f"best call, ms for {rows[0]['tensors']} tensors:"
+    return table
+
+
+@dataclass(frozen=True)
+class FusionGap:
+    """One variant's best call with fusion on and off (ms), and whether they differ beyond the runs' spread."""
+
+    on: float
+    off: float
+    clear: bool
+
+
+def fusion_gap(rows: Sequence[dict[str, Any]], variant: str) -> FusionGap:
+    """Compare a variant's best calls with fusion on and off: `clear` when they differ by more than TOLERANCE of
+    the smaller and by more than the spread (median minus best) of either run's calls."""
+    by = {r["setting"]: r for r in rows if r["variant"] == variant}
+    missing = {FUSION_ON, FUSION_OFF} - set(by)
+    if missing:
+        raise ValueError(f"no row of {variant!r} with {' and '.join(sorted(missing))}: measure both settings first")
+    on, off = by[FUSION_ON], by[FUSION_OFF]
+    gap = abs(on["best ms"] - off["best ms"])
+    spread = max(on["median ms"] - on["best ms"], off["median ms"] - off["best ms"])
+    return FusionGap(
+        on["best ms"], off["best ms"], gap > TOLERANCE * min(on["best ms"], off["best ms"]) and gap > spread
+    )
+
+
+def _too_busy(contention: Any) -> bool:
+    from utils import steady
+
+    return contention is not None and contention.share > steady.MAX_OTHERS
+
+
+def fusion_reading(rows: Sequence[dict[str, Any]], contention: Any = None) -> str:
+    """What the fusion table says, in sentences whose words follow its numbers; where other programs took more than
+    steady.MAX_OTHERS of the machine meanwhile (`contention`, a steady.Contention), it says so instead."""
+    if _too_busy(contention):
+        line = contention.line()
+        return (
+            f"{line[0].upper()}{line[1:]}: the runs with fusion on and off did not have the same machine, so the "
+            "table cannot say what fusion changes here. Run the cell again when the machine is quieter."
+        )
+    n = rows[0]["tensors"]
+    eager, graph, grouped = (fusion_gap(rows, v) for v in (EAGER, IN_GRAPH, GROUPED))
+    fewer = f"{eager.on / grouped.on:.0f}× less than" if grouped.on < eager.on else "no less than"
+    out = [
+        f"With fusion on, one grouped_allreduce takes {grouped.on:.1f} ms for {n} tensors, {fewer} {n} eager calls "
+        f"({eager.on:.1f} ms)."
+    ]
+    if eager.clear:
+        out.append(
+            f"The {n} eager calls take {eager.on:.1f} ms with fusion on and {eager.off:.1f} ms off, "
+            f"{max(eager.on, eager.off) / min(eager.on, eager.off):.1f}× apart, more than the spread of the calls, "
+            "although fusion has nothing to combine when each tensor travels alone: this run cannot say what made "
+            "the difference. Run the cell again to see whether it holds."
+        )
+    else:
+        out.append(
+            f"The {n} eager calls take {eager.on:.1f} ms with fusion on and {eager.off:.1f} ms off, the same within "
+            "the spread of the calls: each tensor travels alone and pays the per-call cost, fused or not."
+        )
+    changes = []
+    for name, gap in (("the tf.function", graph), ("grouped_allreduce", grouped)):
+        if not gap.clear:
+            changes.append(f"leaves {name} within the spread of the calls ({gap.on:.1f} and {gap.off:.1f} ms)")
+        elif gap.off > gap.on:
+            changes.append(f"makes {name} {gap.off / gap.on:.1f}× slower ({gap.on:.1f} → {gap.off:.1f} ms)")
+        else:
+            changes.append(
+                f"makes {name} {gap.on / gap.off:.1f}× faster ({gap.on:.1f} → {gap.off:.1f} ms): here fusion cost "
+                "more than it saved"
+            )
+    out.append(f"Turning fusion off {changes[0]}, and {changes[1]}.")
+    if contention is not None:
+        out.append(f"({contention.line()}.)")
+    return " ".join(out)
+
+
+def fusion_saving(rows: Sequence[dict[str, Any]], contention: Any = None) -> tuple[float, float] | None:
+    """What fusion saves inside the tf.function, in ms, and the unfused call's ms; None where the two settings do
+    not differ beyond the runs' spread, fusion saved nothing, or other programs took too much of the machine."""
+    gap = fusion_gap(rows, IN_GRAPH)
+    if _too_busy(contention) or not gap.clear or gap.off <= gap.on:
+        return None
+    return gap.off - gap.on, gap.off
 
 
 def steady_step(step_seconds: Sequence[float]) -> float:

@@ -40,6 +40,7 @@ Sources (read at these tags; each function says which file):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -758,6 +759,12 @@ def rehearse(
     start = time.monotonic()
     sshd = [p for p in pods if p.command[:1] == ["/usr/sbin/sshd"]]
     runs = [p for p in pods if p not in sshd]
+    if stream:
+        print(
+            f"starting {len(pods)} pods on hosts of the network lab ({netlab.describe_rate(netlab.parse_bandwidth(bandwidth))}"
+            f" links): {', '.join(p.name for p in pods)}",
+            flush=True,
+        )
     with netlab.Lab(len(pods), bandwidth, names=[p.name for p in pods], aliases=[p.dns for p in pods]) as lab:
         folder = Path(tempfile.mkdtemp(prefix="pod-files-", dir=lab._dir))
         state = Path(tempfile.mkdtemp(prefix="operator-", dir=lab._dir))  # every host sees it (no mount hides it)
@@ -783,15 +790,18 @@ def rehearse(
         if during is not None:
             watcher = threading.Thread(target=during, args=(lab,), daemon=True)
             watcher.start()
+        if stream:
+            print(_containers_start(runs, sshd, time.monotonic() - start), flush=True)
         try:
-            result = lab.run(
-                [_pod_command(p, max_restarts, state) for p in runs],
-                hosts=[pods.index(p) for p in runs],
-                envs=[{**p.env, **extra} for p in runs],
-                timeout=timeout,
-                stream=stream,
-                names=[p.name for p in runs],
-            )
+            with _heartbeat(stream) as shown:
+                result = lab.run(
+                    [_pod_command(p, max_restarts, state) for p in runs],
+                    hosts=[pods.index(p) for p in runs],
+                    envs=[{**p.env, **extra} for p in runs],
+                    timeout=timeout,
+                    stream=shown,
+                    names=[p.name for p in runs],
+                )
         except launch.WorkerError as err:
             raise _failed_run(err, runs, state) from None
         finally:
@@ -801,6 +811,62 @@ def rehearse(
     output = {p.name: w.output for p, w in zip(runs, result.workers, strict=True)}
     codes = _exit_codes(output)
     return Rehearsal(pods, output, codes, time.monotonic() - start, bandwidth, job_failed=failed)
+
+
+#: Seconds without a line from the pods after which a streamed rehearsal says it is still running.
+QUIET_NOTE = 15.0
+
+
+@contextlib.contextmanager
+def _heartbeat(stream: bool | Any, every: float = QUIET_NOTE):
+    """The `stream` to give utils.launch: where the rehearsal streams, the same lines, and while none comes for
+    `every` seconds a line that says how long the containers have run (stream False: False, and nothing else)."""
+    if not stream:
+        yield stream
+        return
+    import threading
+
+    from utils import launch
+
+    show = stream if callable(stream) else (lambda line: not launch._is_noise(line))
+    began = last = time.monotonic()
+    done = threading.Event()
+
+    def shown(line: str) -> bool:
+        nonlocal last
+        if show(line):
+            last = time.monotonic()
+            return True
+        return False
+
+    def note() -> None:
+        nonlocal last
+        while not done.wait(1.0):
+            if time.monotonic() - last >= every:
+                last = time.monotonic()
+                print(
+                    f"  ... {last - began:.0f} s since the containers started; waiting for their next line\n",
+                    end="",
+                    flush=True,
+                )
+
+    ticker = threading.Thread(target=note, daemon=True)
+    ticker.start()
+    try:
+        yield shown
+    finally:
+        done.set()
+        ticker.join()
+
+
+def _containers_start(runs: list[Pod], sshd: list[Pod], seconds: float | None) -> str:
+    """The progress line of a rehearsal whose containers start now (`seconds`: how long its hosts took, if any)."""
+    ready = "" if seconds is None else f"hosts ready in {seconds:.0f} s"
+    ready += f", sshd running on {len(sshd)} of them; " if sshd else "; " if ready else ""
+    return (
+        f"{ready}the played kubelet starts {len(runs)} container(s) now ({', '.join(p.name for p in runs)}): "
+        "each program imports TensorFlow and reads its data before its first epoch"
+    )
 
 
 def rehearse_on_loopback(
@@ -855,10 +921,16 @@ def rehearse_on_loopback(
         run_id = uuid.uuid4().hex
         for env in envs:
             env[launch.RUN_MARKER] = run_id
-        try:
-            result = launch.run_workers(
-                commands, envs, timeout=timeout, run_id=run_id, stream=stream, names=[p.name for p in pods]
+        if stream:
+            print(
+                f"pods as processes of this machine, on loopback ({why}): {_containers_start(pods, [], None)}",
+                flush=True,
             )
+        try:
+            with _heartbeat(stream) as shown:
+                result = launch.run_workers(
+                    commands, envs, timeout=timeout, run_id=run_id, stream=shown, names=[p.name for p in pods]
+                )
         except launch.WorkerError as err:
             raise _failed_run(err, pods, state) from None
         failed = _job_failed(state)
@@ -1105,7 +1177,7 @@ def _run_container(command: list[str], job: _JobState | None) -> tuple[int, bool
 
 def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[str, Any] | None = None) -> int:
     """Run a pod's container command and restart it as the kubelet and the operator would; `limit` bounds the
-    restarts nothing in a cluster would bound. Prints one `RESTART {json}` line per restart and ends with
+    restarts nothing in a cluster would bound. Prints one `RESTART after exit code ...` line per restart and ends with
     `POD {json}`: exit codes of every run. `operator` (from `_pod_command`): the pod's job, which the played
     operator judges as a whole through a folder the job's kubelets share.
 
@@ -1204,7 +1276,10 @@ def _kubelet_main(policy: str, limit: int, command: list[str], operator: dict[st
         if deleted_on_failure and failed():
             deleted = True  # the job failed: its pods are deleted (this one as its container starts again)
             break
-        print("RESTART " + json.dumps({"exit_code": code, "restarts": len(codes)}), flush=True)
+        print(
+            f"RESTART after exit code {code}: the container starts again in {BACKOFF:g} s (run {len(codes) + 1})",
+            flush=True,
+        )
         time.sleep(BACKOFF)
         deleted = deleted_on_failure and failed()
     pod: dict[str, Any] = {"exit_codes": codes, "ended": ended, "restarts": max(0, len(codes) - 1)}

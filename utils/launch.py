@@ -553,7 +553,8 @@ def run_workers(
             for line in data[:cut].decode(errors="replace").splitlines():
                 if show(line):
                     label = names[w.rank] if names else f"worker {w.rank}"
-                    print(f"[{label}] {line}" if len(commands) > 1 else line, flush=True)
+                    # one write, line and newline together, so that a thread's print cannot land between them
+                    print((f"[{label}] {line}" if len(commands) > 1 else line) + "\n", end="", flush=True)
 
     try:
         for rank, (cmd, env) in enumerate(zip(commands, envs, strict=True)):

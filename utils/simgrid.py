@@ -548,7 +548,8 @@ def cluster_study(instance_type: str, gpus: list[int], nbytes: int, progress: bo
     """For each GPU count (whole instances of `instance_type`, from data/gpu_instances.csv): the formula's ring and
     tree (utils.allreduce_model) and the STUDY runs, in ms: the ring, two-level and Rabenseifner algorithms on CM02,
     the ring with LV08's TCP factors (latency x13.01, bandwidth x0.97) on the links between instances only, and the
-    ring under a backbone that carries a quarter of the instances' network. One line per count when `progress`."""
+    ring under a backbone that carries a quarter of the instances' network. With `progress`, a line as each count
+    starts and as each run ends, and one every PROGRESS_EVERY seconds while a run goes on."""
     import dataclasses
 
     import pandas as pd
@@ -574,12 +575,45 @@ def cluster_study(instance_type: str, gpus: list[int], nbytes: int, progress: bo
             "formula: tree (NCCL)": 1e3 * float(allreduce_model.allreduce_seconds(topo, nbytes, "tree")),
         }
         start = time.perf_counter()
+        if progress:
+            print(f"{n_gpus} GPUs ({m} instance{'s' if m > 1 else ''}): {len(runs)} runs to simulate", flush=True)
         for label, (platform, algorithm) in runs.items():
-            row[label] = 1e3 * allreduce(platform, n_gpus, nbytes, algorithm=algorithm, repeats=1).seconds
+            began = time.perf_counter()
+            with _ticking(f"  {label}" if progress else None):
+                row[label] = 1e3 * allreduce(platform, n_gpus, nbytes, algorithm=algorithm, repeats=1).seconds
+            if progress:
+                print(f"  {label}: {row[label]:.2f} ms ({time.perf_counter() - began:.0f} s to simulate)", flush=True)
         rows.append(row)
         if progress:
             print(f"{n_gpus} GPUs simulated in {time.perf_counter() - start:.1f} s", flush=True)
     return pd.DataFrame(rows).set_index("GPUs")
+
+
+#: Seconds between two "still simulating" lines of a long run (cluster_study's progress).
+PROGRESS_EVERY = 15.0
+
+
+@contextlib.contextmanager
+def _ticking(label: str | None, every: float = PROGRESS_EVERY):
+    """While the block runs, print `label: still simulating, N s so far` every `every` seconds (nothing for None)."""
+    if label is None:
+        yield
+        return
+    import threading
+
+    done, began = threading.Event(), time.perf_counter()
+
+    def tick() -> None:
+        while not done.wait(every):
+            print(f"{label}: still simulating, {time.perf_counter() - began:.0f} s so far", flush=True)
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
 
 
 def why_fastest(label: str, gpus: int, instances: int) -> str:
