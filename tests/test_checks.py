@@ -215,3 +215,37 @@ def test_ps_rule_owner_is_read_from_the_rule_that_refuses_the_ps_replica(capsys)
     assert checks.check_ps_rule_owner("tensorflow", job)
     assert "TensorFlow's MultiWorkerMirroredStrategy" in capsys.readouterr().out
     assert not checks.check_ps_rule_owner("operator", job)
+    assert "not quite" in capsys.readouterr().out
+
+
+def test_ps_rule_owner_takes_the_learners_words_and_never_prints_the_answer_unasked(capsys):
+    from utils import kubeflow
+
+    job = kubeflow.tfjob("exercise", chief=1, workers=2, image="img", command=["python", "train_mwms.py"])
+    assert not checks.check_ps_rule_owner(None, job)
+    assert "tensorflow" not in capsys.readouterr().out.lower()  # the unanswered message names no owner
+    for right in ("TensorFlow", "TensorFlow's", " the script ", "MWMS", "tensorflow\u2019s"):
+        assert checks.check_ps_rule_owner(right, job), right
+    for wrong in ("the operator", "Operator's", "webhook"):
+        assert not checks.check_ps_rule_owner(wrong, job), wrong
+    capsys.readouterr()
+    assert not checks.check_ps_rule_owner("kubelet", job)
+    assert "names neither the operator nor TensorFlow" in capsys.readouterr().out
+
+
+def test_data_reads_are_judged_against_what_the_run_counted(capsys):
+    """Lesson 05's exercise 3: the learner's formula against the lines worker 0 read in the DATA run."""
+    run = "DATA, three files"
+    records = [{"rank": r, "runs": {run: {"ids": list(range(r, 12, 2)), "lines_read": 12}}} for r in range(2)]
+    assert checks.check_data_reads(lambda n, w: n, records, 12)
+    assert not checks.check_data_reads(lambda n, w: n // w, records, 12)  # what a worker keeps, not what it reads
+    assert not checks.check_data_reads(lambda n, w: None, records, 12)
+    out = capsys.readouterr().out
+    assert "correct: 12" in out and "not quite: you gave 6" in out and "not answered yet" in out
+    failed = [{"rank": 0, "runs": {run: {"error": "boom"}}}]
+    try:
+        checks.check_data_reads(lambda n, w: n, failed, 12)
+    except ValueError as err:
+        assert "section 4" in str(err)
+    else:
+        raise AssertionError("a failed run was judged")

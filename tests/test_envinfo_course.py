@@ -416,6 +416,28 @@ def test_reading_counts_what_the_outputs_show_and_prefers_the_recorded_words(tmp
     assert course.lesson_reading_minutes("01_x.ipynb", rows, tmp_path) == 2 / course.READING_WPM
 
 
+def test_the_duration_paragraph_comes_from_the_measured_figures_and_replaces_the_old_one(tmp_path):
+    lesson_md = "# 01 T\n\n## Objectives\n- a\n\n## Duration\nAbout 55 minutes, typed.\n\n## Prerequisites\n- b"
+    _notebook(tmp_path / "01_x.ipynb", [_md(lesson_md), _code("x = 1")])
+    nb = json.loads((tmp_path / "01_x.ipynb").read_text())
+    hashed = course.code_hash(tmp_path / "01_x.ipynb")
+    row = {"notebook": "01_x.ipynb", "mode": "full", "seconds": "700", "core_seconds": "600", "cpu_model": "CPU X"}
+    row |= {"usable_cores": "2", "code_hash": hashed, "reading_words": str(20 * course.READING_WPM)}
+    text = course.duration_paragraph("01_x.ipynb", [row], tmp_path)
+    # 20 min of reading + 10 min of running -> 30; measured on the lesson's code as it is
+    assert text.startswith(
+        "Core path: about 30 minutes, that is about 20 minutes of reading (its text, code and outputs"
+    )
+    assert "about 10 minutes of running in full mode, measured on CPU X with 2 cores." in text
+    assert course.with_duration(nb, text) and not course.with_duration(nb, text)
+    source = "".join(nb["cells"][0]["source"])
+    assert f"## Duration\n{text}\n\n## Prerequisites" in source and "typed" not in source
+    row["code_hash"] = "other"
+    assert "on an earlier version of this lesson" in course.duration_paragraph("01_x.ipynb", [row], tmp_path)
+    with pytest.raises(ValueError, match="no '## Duration' section"):
+        course.with_duration({"cells": [_md("# T")]}, text)
+
+
 def test_core_run_time_is_recorded_or_the_whole_lesson_without_deep_dives(tmp_path):
     _notebook(tmp_path / "01_plain.ipynb", [_md("# Plain")])
     _notebook(tmp_path / "02_marked.ipynb", _synthetic_lesson()["cells"])

@@ -173,3 +173,18 @@ def test_the_order_puts_the_measuring_lessons_first_then_the_longest():
     assert smoke[0] == "03_allreduce_cost.ipynb"
     assert [seconds[n] for n in smoke[1:]] == sorted((seconds[n] for n in smoke[1:]), reverse=True)
     assert set(execution.order(names, "full")[:2]) == {"03_allreduce_cost.ipynb", "04_horovod.ipynb"}
+
+
+def test_the_first_output_of_each_cell_is_noted_in_seconds_from_its_start():
+    """note_first_output, on the kernel's messages as nbclient hands them over: the first output counts, later ones
+    and messages that show nothing do not."""
+    start = dt.datetime(2026, 11, 27, 10, 0, 0, tzinfo=dt.UTC)
+    msg = lambda kind, seconds: {"msg_type": kind, "header": {"date": start + dt.timedelta(seconds=seconds)}}
+    cell, started = new_code_cell("train()"), {}
+    for kind, seconds in [("status", 0), ("execute_input", 0.1), ("status", 0.2), ("stream", 4.6), ("stream", 9)]:
+        execution.note_first_output(msg(kind, seconds), cell, started, 3)
+    assert cell.metadata["course"] == {"first_output_s": 4.5}
+    quiet = new_code_cell("x = 1")
+    for kind, seconds in [("execute_input", 0), ("status", 12)]:
+        execution.note_first_output(msg(kind, seconds), quiet, started, 4)
+    assert "course" not in quiet.metadata

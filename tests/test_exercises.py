@@ -100,6 +100,7 @@ def test_the_horovod_exercise_and_its_solution_mark_the_same_todos():
     [
         (lambda a: checks.check_ring_bytes(8, 1_000_000, a), 1_750_000 * 4, 2_000_000 * 4),
         (lambda a: checks.check_uneven_ring_worker(4, 10, 0, a), 15, 16),  # chunks 3 3 2 2: 20 - 3 - 2
+        (lambda a: checks.check_uneven_ring_worker(5, 12, 0, a), 19, 20),  # lesson 03's: chunks 3 3 2 2 2: 24 - 3 - 2
         (lambda a: checks.check_ring_time_ms(16, 100e6, 25, a), 60.0, 64.0),  # 2 x 15/16 x 100e6 / 3.125e9 s
         (lambda a: checks.check_scaling_efficiency(10_000, 4, 34_000, a), 0.85, 3.4),
         (lambda a: checks.check_warmup_rate(0.001, 8, 100, 50, a), 0.0045, 0.004),
@@ -110,7 +111,16 @@ def test_the_horovod_exercise_and_its_solution_mark_the_same_todos():
             3.0,
         ),
     ],
-    ids=["ring bytes", "uneven ring", "ring time", "efficiency", "warm-up halfway", "warm-up done", "cycle wait"],
+    ids=[
+        "ring bytes",
+        "uneven ring",
+        "uneven ring, lesson 03",
+        "ring time",
+        "efficiency",
+        "warm-up halfway",
+        "warm-up done",
+        "cycle wait",
+    ],
 )
 def test_numeric_checks_accept_the_right_answer_and_reject_a_wrong_one(call, right, wrong, capsys):
     assert call(right)

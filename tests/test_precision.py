@@ -289,3 +289,32 @@ def test_the_onednn_float16_notice_is_dropped_and_nothing_else():
     if precision.ONEDNN_HALF_NOTICE in plain.stderr:  # this CPU's oneDNN has no float16 kernels: dropped, not lost
         assert not flags & {"avx512_fp16", "amx_fp16", "avx_ne_convert"}
         assert precision.ONEDNN_HALF_NOTICE in quiet.stdout
+
+
+def test_the_exercise_checks_accept_the_right_answers_and_reject_wrong_ones(capsys):
+    """Lesson 06's exercises 1 to 3: each check derives its answer from the formats, out of the learner's view."""
+    values = [3e-8, 1e-7, 6e-5, 70_000.0, 65_519.0]
+    assert precision.check_survivors([True, True, True, False, True], values)
+    assert not precision.check_survivors([False, True, True, False, False], values)  # 3e-8 rounds up, 65 519 down
+    assert not precision.check_survivors([True, True, True, False], values)
+    assert precision.check_loss_scale(2.0**15, 2e-9)
+    assert not precision.check_loss_scale(2.0**14, 2e-9)
+    assert precision.check_bfloat16_normal(-126, True, 1e-30)
+    assert not precision.check_bfloat16_normal(-14, True, 1e-30)  # float16's
+    assert not precision.check_bfloat16_normal(-126, True, 1e-39)  # below 2^-126: a subnormal
+    assert not precision.check_survivors(None, values)
+    out = capsys.readouterr().out
+    assert "not answered yet" in out and "correct" in out and "not quite" in out
+    assert "2^-14" not in out and "1 - bias" in out  # hints point the way without doing the arithmetic
+
+
+def test_the_layer_dtype_check_builds_the_model_and_restores_the_policy(capsys):
+    import keras
+
+    before = keras.config.dtype_policy().name
+    assert precision.two_layer_dtypes() == ("float32", "bfloat16")
+    assert precision.check_layer_dtypes("float32", "bfloat16")
+    assert not precision.check_layer_dtypes("bfloat16", "bfloat16")
+    assert not precision.check_layer_dtypes("float32", "float32")
+    assert keras.config.dtype_policy().name == before
+    assert "not quite" in capsys.readouterr().out

@@ -13,13 +13,34 @@ A cell fails when it shows:
   `$…$` pair that is not meant as math, such as two amounts in one sentence (escape them with
   utils.prose.markdown), or an escaped amount that does not show as "$" and its number;
 - an error output (a traceback);
-- output on stderr, unless ALLOWED_STDERR lists it with the reason a learner is shown it.
+- output on stderr, unless ALLOWED_STDERR lists it with the reason a learner is shown it;
+- a worker's raw result line, a line of printed output that starts with `RESULT {`, or with it after a worker's
+  label (the JSON a launcher reads; a lesson shows what it says in words);
+- a silent cell: one that ran longer than LONG_CELL_S seconds and showed nothing in its first FIRST_OUTPUT_S
+  seconds, or nothing at all (its timing comes from the copy: nbclient's start and end of each cell, and the
+  first output's delay that utils.execution notes in the cell's metadata);
+- an exercise's answer in view before the learner asks for it (ANSWERS).
+
+The answers are found by their text, not by understanding the lesson. ANSWERS lists, for each exercise whose
+answer has a text of its own, the call that marks its check cell and a regular expression for the answer as the
+course prints it (a number stands alone: 19 matches "19" or "19.0", not "1019" or "0.19"). That expression is
+searched in the exercise's own cells: the check cell (its code and what it printed) and the Markdown question just
+above it, where the number or word itself is the giveaway (a comment such as `# 4 x 32 = 128`, a message listing
+the answer). A bare number is too common to look for anywhere else, so an entry may add `with_case`, an expression
+for the answer printed beside the case it answers (e.g. "N=5, K=12" and 19 on one line), or a phrase that states
+it; that one is searched in every cell from the top of the lesson to the check cell: Markdown, code and outputs.
+Solution cells (tagged "solution") are skipped: they stay collapsed and run only when the learner asks. Not
+listed: answers measured in the run (they change every run), answers that are scripts, functions or job
+requests, answers a question's own options spell ("File", "FastFile" or "Pipe"), and exercises that ask the
+learner to read a number the lesson printed (lesson 00's usable cores). What the check cannot see is code in view
+that computes an answer; the checks keep that in utils.
 A screenshot of each failing cell goes to build/lab-check/.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import functools
 import json
 import os
@@ -115,6 +136,195 @@ def markdown_amounts(nb, index: int, *, outputs: bool, pattern: re.Pattern = AMO
     else:
         texts = [cell.source] if cell.cell_type == "markdown" else []
     return [m.group(1) for text in texts for m in pattern.finditer("".join(text))]
+
+
+#: A cell that runs longer than LONG_CELL_S seconds must show something within FIRST_OUTPUT_S of its start: a line
+#: saying what it starts, then progress. 5 s, not less: the copies checked are executed two lessons at a time on a
+#: 2-core machine (make test), where a cell's first imports alone can take a few seconds before its first line.
+LONG_CELL_S, FIRST_OUTPUT_S = 10.0, 5.0
+#: A worker's raw result line (`RESULT {json}`, which utils.launch reads for the lesson), alone or as the launcher
+#: streams it, after the worker's label ("[worker 1] ", or horovodrun's "[1]<stdout>:").
+RESULT_LINE = re.compile(r"^(?:\[[^\]\n]+\]\s*(?:<stdout>:)?)?RESULT \{", re.M)
+
+
+def number(value: float) -> str:
+    """A regular expression for a number as a lesson prints it (128, 128.0, 1,875,000, 1.875e+06, 0.0045), standing
+    alone: not part of a longer number or word."""
+    forms = {f"{value:g}", repr(float(value))}
+    if float(value).is_integer():
+        forms |= {f"{int(value)}", f"{int(value):,}"}
+    body = "|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True))
+    return rf"(?<![\w.,])(?:{body})(?![\w]|[.,]\d)"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An exercise's answer as a lesson would show it (see the module's docstring)."""
+
+    lesson: str  # the lesson's file name
+    exercise: str  # the exercise's number in its lesson
+    check: str  # text only the exercise's check cell has: the call of its check
+    answer: str  # the answer (a regular expression), searched in the check cell and the question above it
+    with_case: str | None = None  # the answer beside its case, or a phrase stating it: searched up to the check
+
+
+#: Every exercise whose answer has a text of its own, lesson by lesson.
+ANSWERS = [
+    Answer("00_start_here.ipynb", "2", "checks.check_global_batch(", number(128)),
+    Answer("01_why_distributed.ipynb", "1", "checks.check_speedup_needed(", number(29.9)),
+    Answer("01_why_distributed.ipynb", "2", "checks.check_job_hours_on_workers(", r"(?<![\d.])1\.28[89]\d*"),
+    Answer("01_why_distributed.ipynb", "3", "checks.check_data_to_halve_error(", number(1024)),
+    Answer("01_why_distributed.ipynb", "4", "checks.check_doubling_months(", r"(?<![\d.])3\.61\d*"),
+    Answer("02_data_vs_model_parallelism.ipynb", "1", "checks.check_scaled_rate(", f"{number(512)}|{number(0.08)}"),
+    Answer("02_data_vs_model_parallelism.ipynb", "2", "checks.check_gpipe_bubble(", f"{number(0.2)}|{number(28)}"),
+    Answer("02_data_vs_model_parallelism.ipynb", "3", "checks.check_training_state_bytes(", number(16e9)),
+    Answer(
+        "02_data_vs_model_parallelism.ipynb",
+        "4",
+        "checks.check_parameter_server_values(",
+        f"{number(16e6)}|{number(1.875e6)}",
+    ),
+    Answer("03_allreduce_cost.ipynb", "1", "checks.check_ring_bytes(", number(7e6)),
+    Answer(
+        "03_allreduce_cost.ipynb",
+        "2",
+        "checks.check_uneven_ring_worker(",
+        number(19),
+        with_case=rf"N ?= ?5, K ?= ?12\b[^\n]*{number(19)}",
+    ),
+    Answer("03_allreduce_cost.ipynb", "3", "checks.check_ring_time_ms(", number(60)),
+    Answer("04_horovod.ipynb", "1", "checks.check_scaling_efficiency(", number(0.85)),
+    Answer("04_horovod.ipynb", "2", "checks.check_warmup_rate(", f"{number(0.008)}|{number(0.0045)}"),
+    Answer("05_tf_distribute.ipynb", "2", "checks.check_global_batch_of_replicas(", number(1024)),
+    Answer(
+        "06_mixed_precision.ipynb",
+        "1",
+        "precision.check_survivors(",
+        r"\[True, True, True, False, True\]",
+        with_case=r"\[True, True, True, False, True\]",
+    ),
+    Answer(
+        "06_mixed_precision.ipynb", "2", "precision.check_loss_scale(", rf"{number(32768)}|2(?:\.0)? ?(?:\*\*|\^) ?15\b"
+    ),
+    Answer("06_mixed_precision.ipynb", "3", "precision.check_bfloat16_normal(", r"(?<![\w.])-126\b"),
+    Answer("06_mixed_precision.ipynb", "4", "precision.check_layer_dtypes(", r"[\"']bfloat16[\"']"),
+    Answer(
+        "09_kubernetes.ipynb",
+        "2",
+        "checks.check_ps_rule_owner(",
+        r"(?i)[\"']tensorflow(?:'s)?[\"']",
+        with_case=r"(?i)only chief and worker tasks|no parameter servers",
+    ),
+]
+
+
+def visible_text(cell) -> str:
+    """What a learner sees of a cell: its source, and for a code cell the text of its outputs."""
+    texts = [cell.source]
+    for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+        texts.append("".join(out.get("text", "")))
+        data = out.get("data", {})
+        texts += ["".join(data.get(kind, "")) for kind in ("text/plain", "text/markdown", "text/html")]
+    return "\n".join(texts)
+
+
+def is_solution(cell) -> bool:
+    """True for a solution cell: collapsed, and run only when the learner asks."""
+    return "solution" in cell.get("metadata", {}).get("tags", [])
+
+
+def answers_in_view(nb, lesson: str, answers: list[Answer] | None = None) -> list[tuple[int, str]]:
+    """(cell index, what) for each exercise answer of `lesson` that a learner sees before asking for it."""
+    found = []
+    for entry in [a for a in (ANSWERS if answers is None else answers) if a.lesson == lesson]:
+        checks = [
+            i
+            for i, c in enumerate(nb.cells)
+            if c.cell_type == "code" and not is_solution(c) and entry.check in c.source
+        ]
+        if len(checks) != 1:
+            found.append(
+                (
+                    0,
+                    f"exercise {entry.exercise}'s check cell (the one calling {entry.check}...) is found "
+                    f"{len(checks)} times, not once: update check_lab.ANSWERS to the lesson",
+                )
+            )
+            continue
+        check = checks[0]
+        question = check
+        while question > 0 and nb.cells[question - 1].cell_type == "markdown":
+            question -= 1
+        searches = [(range(question, check + 1), entry.answer)]
+        if entry.with_case:
+            searches.append((range(0, check + 1), entry.with_case))
+        seen = set()
+        for cells, pattern in searches:
+            for i in cells:
+                cell = nb.cells[i]
+                match = None if is_solution(cell) else re.search(pattern, visible_text(cell))
+                if match and i not in seen:
+                    seen.add(i)
+                    where = "the exercise's own cells" if i >= question else "a cell before the exercise"
+                    found.append(
+                        (
+                            i,
+                            f"the answer to exercise {entry.exercise} is in view in {where} "
+                            f"({match.group(0)[:80]!r}) before the learner asks for it: keep it in the "
+                            "check (utils), or ask about a case the lesson does not show",
+                        )
+                    )
+    return found
+
+
+def _seconds(start: str, end: str) -> float:
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+
+
+def silent(cell) -> str | None:
+    """Why a code cell is silent (it ran past LONG_CELL_S and showed nothing in its first FIRST_OUTPUT_S), or None."""
+    timing = cell.get("metadata", {}).get("execution", {})
+    if cell.cell_type != "code" or not {"iopub.execute_input", "shell.execute_reply"} <= set(timing):
+        return None
+    took = _seconds(timing["iopub.execute_input"], timing["shell.execute_reply"])
+    if took <= LONG_CELL_S:
+        return None
+    first = cell.get("metadata", {}).get("course", {}).get("first_output_s")
+    fix = "print a line saying what it starts (flush=True), then progress (a line per step, or tqdm)"
+    if not cell.get("outputs"):
+        return f"a silent cell: it ran {took:.0f} s and showed nothing at all: {fix}"
+    if first is None:
+        return (
+            f"it ran {took:.0f} s, and when its first output came is not recorded: execute the lesson again "
+            "(python -m utils.execution), which records it"
+        )
+    if first > FIRST_OUTPUT_S:
+        return f"a silent cell: it ran {took:.0f} s and showed nothing for its first {first:.0f} s: {fix}"
+    return None
+
+
+def notebook_problems(nb, lesson: str) -> list[tuple[int, str]]:
+    """(cell index, what) for what is wrong in the executed copy itself, whatever the page shows: raw result lines,
+    silent cells and answers in view."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        printed = "\n".join(
+            "".join(o.get("text", "")) for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+        )
+        raw = RESULT_LINE.search(printed)
+        if raw:
+            line = printed[raw.start() :].split("\n", 1)[0]
+            found.append(
+                (
+                    index,
+                    f"a worker's raw result line is shown ({line[:60]!r}): launch with stream=False or a filter, "
+                    "and print in words what the lesson reads from it",
+                )
+            )
+        why = silent(cell)
+        if why:
+            found.append((index, why))
+    return found + answers_in_view(nb, lesson)
 
 
 #: A line printed by an exercise's check (utils.checks.report): "[what] correct: ..." and its siblings.
@@ -274,6 +484,8 @@ def check_lesson(page, base: str, token: str, name: str, copy: Path, root: Path,
     for seen in page.evaluate(READ_CELLS):
         for what in cell_problems(nb, seen):
             problems.append(Problem(name, seen["index"], nb.cells[seen["index"]].get("id", "?"), what))
+    for index, what in notebook_problems(nb, name):
+        problems.append(Problem(name, index, nb.cells[index].get("id", "?"), what))
     for problem in problems:
         shot = out / f"{Path(name).stem}.cell{problem.cell + 1:03d}.png"
         if problem.screenshot is None and not shot.exists():

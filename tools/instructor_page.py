@@ -1,7 +1,8 @@
-"""Write docs/instructor.md, the instructor's page, from the course map's measured figures.
+"""Write docs/instructor.md, the instructor's page, and each lesson's Duration paragraph from the course map's
+measured figures, so that the map, the page and the lessons say the same.
 
-    python tools/instructor_page.py            # (re)write the page
-    python tools/instructor_page.py --check    # exit 1 if the page differs from what the figures give now
+    python tools/instructor_page.py            # (re)write the page and the lessons' Duration paragraphs
+    python tools/instructor_page.py --check    # exit 1 if either differs from what the figures give now
 
 The schedule, the memory the course needs and the list of cells that skip without Horovod are computed by
 utils.course from data/notebook_durations.csv, data/jupyterlab_memory.csv and the notebooks themselves;
@@ -11,6 +12,7 @@ utils.course from data/notebook_durations.csv, data/jupyterlab_memory.csv and th
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -161,19 +163,41 @@ SageMaker notebook instance set up as above.
 """
 
 
+def lesson_durations(folder: Path = NOTEBOOKS) -> dict[Path, dict]:
+    """The lessons whose Duration paragraph differs from what the figures give now, each with its new content."""
+    rows, changed = course.read_durations(), {}
+    for lesson in course.lessons(folder):
+        path = folder / lesson.notebook
+        nb = json.loads(path.read_text())
+        if course.with_duration(nb, course.duration_paragraph(lesson.notebook, rows, folder)):
+            changed[path] = nb
+    return changed
+
+
 def main() -> None:
-    """Write the page, or with --check fail when it is not current."""
+    """Write the page and the lessons' Duration paragraphs, or with --check fail when they are not current."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/instructor.md is not current")
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page or a lesson is not current")
     args = parser.parse_args()
-    text = render()
+    text, lessons = render(), lesson_durations()
     if args.check:
-        if not PAGE.exists() or PAGE.read_text() != text:
-            sys.exit(f"{PAGE.relative_to(REPO_ROOT)} is not current: run `python tools/instructor_page.py`.")
-        print(f"{PAGE.relative_to(REPO_ROOT)} is current.")
+        stale = [str(PAGE.relative_to(REPO_ROOT))] if not PAGE.exists() or PAGE.read_text() != text else []
+        stale += [f"the Duration section of {p.name}" for p in lessons]
+        if stale:
+            sys.exit(f"not current: {', '.join(stale)}; run `python tools/instructor_page.py`.")
+        print(f"{PAGE.relative_to(REPO_ROOT)} and the lessons' Duration sections are current.")
         return
+    # The paragraph's own words count in a lesson's reading estimate (where no full-mode run recorded the words),
+    # so a new paragraph can move the estimate it states: rewrite until nothing changes (once more at most).
+    for _ in range(3):
+        if not lessons:
+            break
+        for path, nb in lessons.items():  # the layout JupyterLab saves in
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            print(f"wrote the Duration section of {path.relative_to(REPO_ROOT)}")
+        lessons = lesson_durations()
     PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(text)
+    PAGE.write_text(render())
     print(f"wrote {PAGE.relative_to(REPO_ROOT)}")
 
 

@@ -46,6 +46,8 @@ def _import_tensorflow_quietly() -> None:
 # In a notebook (an IPython kernel), TensorFlow's start-up lines would appear under the first cell that
 # imports it: import it now, quietly. Importing does not start its runtime, so devices can still be configured.
 if "ipykernel" in sys.modules and "tensorflow" not in sys.modules:
+    # The import takes seconds: say so, so that the lesson's first cell does not sit silent meanwhile.
+    print("Loading TensorFlow ...", flush=True)
     try:
         _import_tensorflow_quietly()
     except ImportError:

@@ -80,6 +80,21 @@ def check_global_batch_of_replicas(
     return report("global batch", answer, per_replica_batch * replicas, hint=hint)
 
 
+def check_data_reads(reads: Any, records: list[dict[str, Any]], total: int, run: str = "DATA, three files") -> bool:
+    """Exercise (lesson 05): the learner's formula `reads(n_examples, workers)` for the lines one worker reads in an
+    epoch under `run`, against the lines worker 0 counted in that run (the workers' RESULT records, utils.sharding)."""
+    result = records[0]["runs"].get(run)
+    if result is None or "error" in result:
+        raise ValueError(f"the sharding run has no {run!r} result to compare with: run section 4's cell first")
+    answer = None if reads is None else reads(total, len(records))
+    return report(
+        "lines read by one worker under DATA",
+        answer,
+        result["lines_read"],
+        hint="count what a worker reads from the files, not what it keeps (section 4's table has both)",
+    )
+
+
 def restart_after_failure(failed_during_epoch: int, checkpoint_every: int = 1) -> tuple[int, int]:
     """(first epoch the restarted job trains, epochs of work lost) when checkpoints follow every k-th epoch."""
     if failed_during_epoch < 1 or checkpoint_every < 1:
@@ -153,8 +168,8 @@ def check_job_hours_on_workers(
         answer,
         compute_hours / workers + steps * allreduce_s / 3600,
         rel_tol=0.01,
-        hint=f"{compute_hours:g} h / {workers}, plus {steps:,} x 2(N-1)/N x {grad_mb:g} MB / "
-        f"{link_bytes_per_s / 1e9:g} GB/s, in hours",
+        hint="the compute is shared by the workers; every step adds one ring allreduce of the gradient, 2(N-1)/N of "
+        "its bytes through one link (Gb/s / 8 = GB/s); add the two, in hours",
     )
 
 
@@ -176,7 +191,7 @@ def check_doubling_months(factor_per_year: float, answer: float | None) -> bool:
         answer,
         12.0 * np.log(2.0) / np.log(factor_per_year),
         rel_tol=0.01,
-        hint=f"2 = {factor_per_year:g} ** (t / 12): t = 12 log 2 / log {factor_per_year:g}",
+        hint=f"solve 2 = {factor_per_year:g} ** (t / 12) for t, in months",
     )
 
 
@@ -224,7 +239,8 @@ def check_training_state_bytes(parameters: int, optimizer: str, answer: float | 
         "bytes of the training state",
         answer,
         parameters * bytes_per_value * (2 + slots[optimizer]),
-        hint=f"{bytes_per_value} bytes x (1 weight + 1 gradient + {slots[optimizer]} {optimizer} values) per parameter",
+        hint=f"each parameter keeps a weight, a gradient and the values {optimizer} keeps for it, {bytes_per_value} bytes "
+        "each",
     )
 
 
@@ -285,6 +301,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
 
     script = Path(script)
     reference = Path(reference) if reference else paths.SCRIPTS / "exercises" / "mwms_solution.py"
+    print(f"[MWMS script] launching {script.name} on {EXERCISE_WORKERS} workers ...", flush=True)
     out = Path(tempfile.mkdtemp(prefix="mwms-check-"))
     args = ["--epochs", str(epochs), "--out", str(out)]
     try:
@@ -355,6 +372,7 @@ def check_horovod_script(script: str | Path, epochs: int = 1, data_size: int = 2
     from utils import data, launch
 
     script, n, batch = Path(script), EXERCISE_WORKERS, EXERCISE_BATCH
+    print(f"[Horovod script] launching {script.name} on {n} ranks with horovodrun ...", flush=True)
     out = Path(tempfile.mkdtemp(prefix="horovod-check-"))
     args = ["--epochs", epochs, "--batch-size", batch, "--data-size", data_size, "--out", out]
     try:
@@ -852,15 +870,34 @@ def check_tfjob(job: Any, *, chief: int = 1, workers: int = 2, run: bool = True,
     return same
 
 
+#: The names a learner may give each rule's owner (lower case, without "the" and "'s").
+RULE_OWNERS = {
+    "operator": {"operator", "training operator", "kubeflow", "kubeflow training operator", "webhook", "tfjob webhook"},
+    "tensorflow": {"tensorflow", "tf", "multiworkermirroredstrategy", "mwms", "script", "train_mwms.py"},
+}
+
+
+def rule_owner(answer: str) -> str | None:
+    """Whose rule a learner's answer names: "operator", "tensorflow", or None when it names neither."""
+    words = str(answer).strip().strip("\"'").strip().lower().replace("\u2019", "'")
+    words = words.removeprefix("the ").removesuffix("'s").strip()
+    return next((owner for owner, names in RULE_OWNERS.items() if words in names), None)
+
+
 def check_ps_rule_owner(answer: str | None, job: Any) -> bool:
-    """Lesson 09's exercise: whose rule refuses a PS replica added to `job` (a TFJob for train_mwms.py), "operator" or
-    "tensorflow". Judged by running the rules: the TFJob with a PS replica goes through kubeflow.check_tfjob, and the
-    expected answer is read from what refuses it (the rules kubeflow marks as TensorFlow's, or the webhook's)."""
+    """Lesson 09's exercise: whose rule refuses a PS replica added to `job` (a TFJob for train_mwms.py), the operator's or
+    TensorFlow's, in the learner's words (RULE_OWNERS). Judged by running the rules: the TFJob with a PS replica goes
+    through kubeflow.check_tfjob, and the expected owner is read from what refuses it (the rules kubeflow marks as
+    TensorFlow's, or the webhook's)."""
     from utils import kubeflow
 
     name = "who refuses a PS replica for train_mwms.py"
     if answer is None:
-        print(f'[{name}] not answered yet: replace None with "operator" or "tensorflow".')
+        print(f"[{name}] not answered yet: replace None with whose rule it is, as a string, and run the cell again.")
+        return False
+    given = rule_owner(answer)
+    if given is None:
+        print(f"[{name}] not quite: {answer!r} names neither the operator nor TensorFlow; name one of them.")
         return False
     bad = json.loads(json.dumps(kubeflow.manifest(job)))
     specs = bad["spec"]["tfReplicaSpecs"]
@@ -876,4 +913,4 @@ def check_ps_rule_owner(answer: str | None, job: Any) -> bool:
         return False
     print(f"[{name}] what refuses it: " + " | ".join(refusals))
     owner = "tensorflow" if all("TensorFlow" in p for p in refusals) else "operator"
-    return report(name, str(answer).strip().lower(), owner, hint="read the message: whose rule does it say it is?")
+    return report(name, given, owner, hint="read the message: whose rule does it say it is?")

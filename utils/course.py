@@ -562,3 +562,50 @@ def horovod_sections(nb: dict | Path) -> list[str]:
         for sec in sections(nb)
         if any(cells[i]["cell_type"] == "code" and "need_horovod()" in _source(cells[i]) for i in sec.cells)
     ]
+
+
+#: The paragraph of a lesson's "## Duration" section that tools/instructor_page.py writes from the measured figures.
+DURATION_START = "Core path"
+
+
+def duration_paragraph(notebook: str, rows: list[dict[str, str]] | None = None, folder: Path = NOTEBOOKS) -> str:
+    """What a lesson's Duration section says, from the same figures as the course map and the instructor's page:
+    the core path's reading estimate and its measured run time in full mode."""
+    rows = read_durations() if rows is None else rows
+    reading = lesson_reading_minutes(notebook, rows, folder)
+    run = core_run_seconds(notebook, rows, folder)
+    timed = [r for r in rows if r["notebook"] == notebook and r["mode"] == "full"]
+    stale = bool(timed) and not is_current(timed[-1], folder)
+    ran = (
+        "its run time is not measured yet"
+        if run is None
+        else f"about {max(1, round(run / 60))} minute{'s' if round(run / 60) > 1 else ''} of running in full mode, "
+        f"measured on {timed[-1]['cpu_model']} with {timed[-1]['usable_cores']} cores"
+        + (" on an earlier version of this lesson" if stale else "")
+    )
+    total = reading + (run or 0) / 60
+    read = "its text, code and outputs" if timed and timed[-1].get("reading_words") else "its text and code"
+    return (
+        f"{DURATION_START}: about {5 * max(1, math.ceil(total / 5))} minutes, that is about {round(reading)} minutes "
+        f"of reading ({read} at {READING_WPM} words a minute) and {ran}. The exercises and "
+        f"the sections marked *{DEEP_DIVE_MARK}* come on top. The first code cell prints the measured run times, "
+        "and lesson 00's course map has every lesson's."
+    )
+
+
+def with_duration(nb: dict, paragraph: str) -> bool:
+    """Put `paragraph` in the notebook's "## Duration" section in place of the one it has (the section's first
+    paragraph). Returns True when the notebook changed; raises ValueError when it has no Duration section."""
+    for cell in nb["cells"]:
+        text = _source(cell)
+        if cell["cell_type"] != "markdown" or "## Duration" not in text:
+            continue
+        new = re.sub(
+            r"(## Duration\n)(.*?)(\n\n|\n(?=#)|$)", lambda m: m[1] + paragraph + m[3], text, count=1, flags=re.S
+        )
+        if new == text:
+            return False
+        lines = new.split("\n")
+        cell["source"] = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+        return True
+    raise ValueError("the lesson has no '## Duration' section: add one after its objectives")

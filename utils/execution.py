@@ -8,7 +8,9 @@ each lesson once.
 A copy lives in build/executed/<mode>/<lesson>.ipynb. Its metadata (`course_build`) holds the mode and the
 hash of the lesson's code cells it ran (utils.course.code_hash): `ensure` reuses a copy while both still
 match, and executes the lesson again otherwise; `course_run` records the machine, the date and the time it
-took (the website says so on each page). The notebooks in git stay without outputs.
+took (the website says so on each page). Each cell's metadata keeps nbclient's timing (`execution`: when it started and
+ended) and, under `course`, `first_output_s`: how many seconds after it started its first output came, so that a long
+cell that shows nothing for a while can be found (tools/check_lab.py). The notebooks in git stay without outputs.
 """
 
 from __future__ import annotations
@@ -100,11 +102,30 @@ def is_current(notebook: str, mode: str, folder: Path = EXECUTED, source_dir: Pa
     return meta.get("course_build") == stamp(source_dir / notebook, mode) and "course_run" in meta
 
 
+#: The kernel's messages that put something under a running cell.
+OUTPUT_MESSAGES = frozenset({"stream", "display_data", "execute_result", "error"})
+
+
+def note_first_output(msg: dict, cell, started: dict[int, dt.datetime], index: int) -> None:
+    """Record in cell.metadata["course"]["first_output_s"] the seconds from the cell's start (its execute_input message)
+    to its first output, both as the kernel dated them; `started` holds each running cell's start by index."""
+    date = msg.get("header", {}).get("date")
+    if not isinstance(date, dt.datetime):
+        return
+    kind = msg.get("msg_type")
+    if kind == "execute_input":
+        started[index] = date
+    elif kind in OUTPUT_MESSAGES and index in started:
+        seconds = round((date - started[index]).total_seconds(), 3)
+        cell.metadata.setdefault("course", {}).setdefault("first_output_s", seconds)
+
+
 class LessonRun(nb_run.NotebookRun):
     """nbmake's run of one notebook (`nbmake.nb_run.NotebookRun`: a fresh kernel, the notebook's folder as working
     folder, a time limit per cell, the failing cell found), with the kernel manager's settings of kernel_config():
     nbmake builds its nbclient `NotebookClient` with no configuration, so the class it builds is replaced for the
-    length of one run by one that passes ours."""
+    length of one run by one that passes ours, and that also notes when each cell's first output came
+    (note_first_output)."""
 
     def execute(self) -> nb_result.NotebookResult:
         from nbclient import NotebookClient
@@ -114,6 +135,11 @@ class LessonRun(nb_run.NotebookRun):
         class ConfiguredClient(NotebookClient):
             def __init__(self, nb, **kwargs):
                 super().__init__(nb, config=config, **kwargs)
+                self.started: dict[int, dt.datetime] = {}
+
+            def process_message(self, msg, cell, cell_index):
+                note_first_output(msg, cell, self.started, cell_index)
+                return super().process_message(msg, cell, cell_index)
 
         original, nb_run.NotebookClient = nb_run.NotebookClient, ConfiguredClient
         try:

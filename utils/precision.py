@@ -514,3 +514,84 @@ class without_remapping:
 
         tf.config.optimizer.set_experimental_options({"remapping": True if self._before is None else self._before})
         return False
+
+
+# Lesson 06's exercises: each check derives its expected answer from the formats above, out of the learner's view.
+
+
+def check_survivors(answer: Sequence[bool] | None, values: Sequence[float], name: str = "float16") -> bool:
+    """Exercise: which of `values` stay nonzero and finite once stored in the format `name` (a list of bools)."""
+    from utils import checks
+
+    return checks.report(
+        f"survives in {name}",
+        answer,
+        [bool(v != 0 and np.isfinite(v)) for v in round_to(values, name)],
+        hint=f"storing rounds to the nearest {name} number: which values come out as 0, which as inf? Section 1's "
+        "table gives the smallest subnormal and the largest finite number",
+    )
+
+
+def check_loss_scale(answer: float | None, smallest: float, name: str = "float16") -> bool:
+    """Exercise: the smallest power-of-two loss scale that makes a gradient of `smallest` a normal `name` number."""
+    from utils import checks
+
+    return checks.report(
+        f"loss scale for {smallest:g}",
+        answer,
+        required_scale(smallest, name),
+        hint=f"the scaled gradient must reach {name}'s smallest normal number (section 1's table); the scale is a "
+        "power of two",
+    )
+
+
+def check_bfloat16_normal(k: float | None, no_scaling_needed: bool | None, smallest_gradient: float) -> bool:
+    """Exercise: the exponent k of bfloat16's smallest normal number 2^k, and whether `smallest_gradient` is at least
+    that (a normal bfloat16 number with no loss scaling)."""
+    from utils import checks
+
+    smallest_normal = format_info("bfloat16").smallest_normal
+    exponent = checks.report(
+        "bfloat16 smallest normal exponent",
+        k,
+        math.log2(smallest_normal),
+        hint="the smallest normal exponent is 1 - bias, and the bias follows from the exponent bits (section 1)",
+    )
+    normal = checks.report(
+        "no scaling needed in bfloat16",
+        no_scaling_needed,
+        smallest_gradient >= smallest_normal,
+        hint="compare section 3's smallest gradient (smallest_gradient) with 2^k",
+    )
+    return exponent and normal
+
+
+def two_layer_dtypes(policy: str = "mixed_bfloat16") -> tuple[str, str]:
+    """(compute dtype of a Dense layer created with dtype="float32", dtype of the next Dense layer's output) under the
+    global policy `policy`, read from a model built for the purpose (the global policy is restored)."""
+    import keras
+
+    saved = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(check_policy(policy))
+    try:
+        inputs = keras.Input(shape=(48,))
+        kept = keras.layers.Dense(16, dtype="float32", name="kept_float32")
+        out = keras.layers.Dense(8, name="after")(kept(inputs))
+        return str(kept.compute_dtype), str(out.dtype)
+    finally:
+        keras.config.set_dtype_policy(saved)
+
+
+def check_layer_dtypes(compute: str | None, output: str | None, policy: str = "mixed_bfloat16") -> bool:
+    """Exercise: the compute dtype of a Dense layer created with dtype="float32", and the dtype of the next layer's
+    output, under the global policy `policy` (the check builds the model and reads them)."""
+    from utils import checks
+
+    built_compute, built_output = two_layer_dtypes(policy)
+    first = checks.report(
+        "compute dtype of the float32 layer", compute, built_compute, hint="dtype= overrides the global policy"
+    )
+    second = checks.report(
+        "output dtype of the next layer", output, built_output, hint="each layer casts its inputs to its compute dtype"
+    )
+    return first and second
