@@ -383,6 +383,7 @@ def check_fp16_allreduce(fn: Callable[[Any], Any] | None, ranks: int = 2, timeou
     by_value = module is not None and module.__name__ != "__main__" and not module.__name__.startswith("utils")
     if by_value:
         cloudpickle.register_pickle_by_value(module)
+    print(f"[fp16 allreduce] running your function on {ranks} Horovod ranks (about 10 s) ...", flush=True)
     try:
         got = launch.horovod_run(_exercise_rank, np=ranks, args=(fn,), timeout=timeout, stream=False)
     finally:
