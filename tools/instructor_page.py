@@ -25,11 +25,11 @@ PAGE = REPO_ROOT / "docs" / "instructor.md"
 WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN = 180, 60, 10
 # The day: 6 hours with the breaks and a lunch after about half of it; it must reach MWMS, SageMaker and the
 # capstone. Lessons the day may skip, in this order, until it does: mixed precision (a speed-up of each worker,
-# not a step on the path to the cluster), the survey of parallelism strategies (lesson 03 and 04 carry on
-# from lesson 01 without it), then lesson 01's motivation (its 23-hour scenario can be told in a few minutes).
+# not a step on the path to the cluster) and the survey of parallelism strategies (lesson 03 and 04 carry on
+# from lesson 01 without it).
 DAY_MIN, LUNCH_AFTER_MIN, LUNCH_MIN = 360, 150, 45
 DAY_MUST = ("05_tf_distribute.ipynb", "07_sagemaker_jobs.ipynb", "08_capstone.ipynb")
-DAY_SKIPPABLE = ("06_mixed_precision.ipynb", "02_data_vs_model_parallelism.ipynb", "01_why_distributed.ipynb")
+DAY_SKIPPABLE = ("06_mixed_precision.ipynb", "02_data_vs_model_parallelism.ipynb")
 
 
 def _clock(minutes: float) -> str:
@@ -127,9 +127,8 @@ The same blocks and breaks, with a {LUNCH_MIN}-minute lunch at the first break a
 The day must reach {", ".join(f"`{n}`" for n in DAY_MUST)}: multi-worker training with tf.distribute,
 SageMaker jobs and the capstone that answers the course's opening question. When the lessons do not all fit,
 the schedule drops {" then ".join(f"`{n}`" for n in DAY_SKIPPABLE)}, in that order, until it reaches them:
-mixed precision speeds up each worker but is not a step on the way to the cluster, lessons 03 and 04
-carry on from lesson 01 without the survey of parallelism strategies, and lesson 01's scenario (a 23-hour
-training that must run every hour) can be told in a few minutes at the start of lesson 03.
+mixed precision speeds up each worker but is not a step on the way to the cluster, and lessons 03 and 04
+carry on from lesson 01 without the survey of parallelism strategies.
 
 {day_table()}
 
