@@ -388,6 +388,23 @@ def test_sections_and_core_cells_leave_out_deep_dives():
     assert course.horovod_sections(nb) == ["Everything here (Deep Dive)"]
 
 
+def test_the_exercises_and_what_is_under_them_are_off_the_path_a_lesson_times():
+    nb = _synthetic_lesson()
+    nb["cells"] += [
+        _md("## Exercises\n\nthree things to try"),  # 14
+        _md("### 1. The first"),  # 15
+        _code("answer = None", 40),  # 16
+        _md("### 2. A detail (deep dive)"),  # 17
+        _code("other = None", 50),  # 18
+    ]
+    assert course.core_cells(nb) == [0, 1, 2, 3, 6, 7, 12, 13, 14, 15, 16]
+    assert course.path_cells(nb) == [0, 1, 2, 3, 6, 7, 12, 13]
+    assert course.core_seconds(nb) == 1.5 + 2.5 + 3.5 + 1.5
+    assert course.reading_words(nb) == course.reading_words(_synthetic_lesson())
+    nb["cells"].append(_md("## After the exercises\n\nseven"))  # 19: a section of the same level ends them
+    assert course.path_cells(nb)[-1] == 19
+
+
 def test_core_seconds_sums_the_timed_core_cells_only():
     nb = _synthetic_lesson()
     assert course.core_seconds(nb) == 1.5 + 2.5 + 3.5 + 1.5

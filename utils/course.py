@@ -36,6 +36,8 @@ JUPYTERLAB_FIELDS = ["rss_mib", "jupyterlab", "python", "cpu_model", "date", "ho
 INSTANCE_TYPES = DATA / "notebook_instance_types.csv"
 #: A section whose heading ends with this mark is a deep dive: a workshop's core path leaves it out.
 DEEP_DIVE_MARK = "(deep dive)"
+#: The title of a lesson's exercises: they are not on the core path whose time a lesson states.
+EXERCISES_TITLE = "exercises"
 #: Reading speed of the reading estimate: words a minute over what the learner reads on the core path, its text,
 #: its code and the outputs a full-mode run prints. A newcomer who read lessons 03 and 06 in JupyterLab needed
 #: 60-75 and 75-90 minutes for 11,991 and 13,355 such words (about 150-200 words a minute); 160 lies in both ranges
@@ -411,6 +413,22 @@ def core_cells(nb: dict | Path) -> list[int]:
     return sorted(i for sec in sections(nb) if not sec.deep_dive for i in sec.cells)
 
 
+def path_cells(nb: dict | Path) -> list[int]:
+    """Indices of the cells a learner reads and runs on the core path: its cells outside the exercises (a section
+    titled "Exercises" and the sections under it), which come on top like the deep dives."""
+    outside, level = [], None
+    by_cell = {i: sec for sec in sections(nb) for i in sec.cells}
+    for i in core_cells(nb):
+        sec = by_cell[i]
+        if level is not None and sec.level <= level and sec.level:
+            level = None
+        if level is None and sec.title.strip().lower().startswith(EXERCISES_TITLE):
+            level = sec.level
+        if level is None:
+            outside.append(i)
+    return outside
+
+
 def has_deep_dives(nb: dict | Path) -> bool:
     """True when the lesson marks at least one section as a deep dive."""
     return any(sec.deep_dive for sec in sections(nb))
@@ -426,11 +444,12 @@ def _seconds_of(cell: dict) -> float:
 
 
 def core_seconds(executed_nb: dict) -> float | None:
-    """Seconds the core path's code cells ran in an executed notebook (nbclient's timings), or None if untimed."""
+    """Seconds the core path's code cells, exercises left out, ran in an executed notebook (nbclient's timings), or
+    None if untimed."""
     cells = _cells(executed_nb)
     if not any(c.get("metadata", {}).get("execution") for c in cells if c["cell_type"] == "code"):
         return None
-    return sum(_seconds_of(cells[i]) for i in core_cells(executed_nb) if cells[i]["cell_type"] == "code")
+    return sum(_seconds_of(cells[i]) for i in path_cells(executed_nb) if cells[i]["cell_type"] == "code")
 
 
 def output_text(cell: dict) -> str:
@@ -453,10 +472,10 @@ def _joined(text: str | list[str]) -> str:
 
 
 def reading_words(nb: dict | Path, core_only: bool = True) -> int:
-    """Words a learner reads in the lesson (its core path by default): text, code and, in an executed copy, the
-    outputs' text."""
+    """Words a learner reads in the lesson (its core path without the exercises, by default): text, code and, in an
+    executed copy, the outputs' text."""
     cells = _cells(nb)
-    chosen = core_cells(nb) if core_only else range(len(cells))
+    chosen = path_cells(nb) if core_only else range(len(cells))
     return sum(len(re.findall(r"\w+", _source(cells[i]) + "\n" + output_text(cells[i]))) for i in chosen)
 
 
