@@ -486,28 +486,6 @@ def test_workshop_schedule_fits_lessons_and_breaks_in_the_time(tmp_path):
     assert left == ["02_c.ipynb", "03_d.ipynb"]
 
 
-def test_workshop_reaching_drops_skippable_lessons_in_order_until_the_must_lessons_fit(tmp_path):
-    words = "word " * (10 * course.READING_WPM + 1)  # 10 min of reading (and a little more with the title)
-    names = ("00_a.ipynb", "01_b.ipynb", "02_c.ipynb", "03_d.ipynb")
-    for name in names:
-        _notebook(tmp_path / name, [_md(f"# T\n{words}")])
-    rows = [{"notebook": n, "mode": "full", "seconds": "1200", "core_seconds": ""} for n in names]  # 31 min each
-    kwargs = dict(break_after_min=40, break_min=10, rows=rows, folder=tmp_path, lunch_after_min=60, lunch_min=30)
-    # all four do not fit in 150 min with the pauses (03 would end at 164); without 01 they do
-    plan, left, skipped = course.workshop_reaching(("03_d.ipynb",), ("01_b.ipynb", "02_c.ipynb"), 150, **kwargs)
-    assert skipped == ["01_b.ipynb"] and left == []
-    assert [(s.what, s.start_min, s.minutes) for s in plan] == [
-        ("00_a.ipynb", 0, 31),
-        ("break", 31, 10),
-        ("02_c.ipynb", 41, 31),
-        ("lunch", 72, 30),  # the first pause from minute 60 on is the lunch
-        ("03_d.ipynb", 102, 31),
-    ]
-    # nothing can make room: every skippable lesson is dropped and the must lesson is still left out
-    plan, left, skipped = course.workshop_reaching(("03_d.ipynb",), ("01_b.ipynb",), 70, **kwargs)
-    assert skipped == ["01_b.ipynb"] and "03_d.ipynb" in left
-
-
 # --- the course map in lesson 00
 
 

@@ -23,13 +23,9 @@ from utils.paths import NOTEBOOKS, REPO_ROOT
 
 PAGE = REPO_ROOT / "docs" / "instructor.md"
 WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN = 180, 60, 10
-# The day: 6 hours with the breaks and a lunch after about half of it; it must reach MWMS, SageMaker and the
-# capstone. Lessons the day may skip, in this order, until it does: mixed precision (a speed-up of each worker,
-# not a step on the path to the cluster) and the survey of parallelism strategies (lesson 03 and 04 carry on
-# from lesson 01 without it).
+# A workshop day: 6 hours with the breaks and a lunch after about half of it. The course's core paths take two such
+# days, in order: the first day goes as far as it can, the second carries on from there.
 DAY_MIN, LUNCH_AFTER_MIN, LUNCH_MIN = 360, 150, 45
-DAY_MUST = ("05_tf_distribute.ipynb", "07_sagemaker_jobs.ipynb", "08_capstone.ipynb")
-DAY_SKIPPABLE = ("06_mixed_precision.ipynb", "02_data_vs_model_parallelism.ipynb")
 
 
 def _clock(minutes: float) -> str:
@@ -59,17 +55,16 @@ def schedule_table(plan: list[course.Slot], left: list[str], skipped: list[str] 
     return "\n".join(lines)
 
 
-def day_schedule() -> tuple[list[course.Slot], list[str], list[str]]:
-    """The full day's schedule: as many lessons as reach DAY_MUST within DAY_MIN, and what it skips."""
-    return course.workshop_reaching(
-        DAY_MUST,
-        DAY_SKIPPABLE,
-        DAY_MIN,
-        break_after_min=BREAK_AFTER_MIN,
-        break_min=BREAK_MIN,
-        lunch_after_min=LUNCH_AFTER_MIN,
-        lunch_min=LUNCH_MIN,
+def two_days() -> tuple[list[course.Slot], list[course.Slot], list[str]]:
+    """Two workshop days of DAY_MIN each, the lessons in order: the first day as far as it goes, the second from
+    there. Returns both schedules and the lessons neither day reaches."""
+    pauses = dict(
+        break_after_min=BREAK_AFTER_MIN, break_min=BREAK_MIN, lunch_after_min=LUNCH_AFTER_MIN, lunch_min=LUNCH_MIN
     )
+    first, _ = course.workshop_schedule(DAY_MIN, **pauses)
+    taught = tuple(slot.what for slot in first if slot.what not in ("break", "lunch"))
+    second, left = course.workshop_schedule(DAY_MIN, skip=taught, **pauses)
+    return first, second, left
 
 
 def horovod_table() -> str:
@@ -81,18 +76,21 @@ def horovod_table() -> str:
     return "\n".join(lines)
 
 
-def day_table() -> str:
-    """The full day's schedule as a markdown table, with what it skips."""
-    plan, left, skipped = day_schedule()
-    reached = {slot.what for slot in plan}
-    missing = [n for n in DAY_MUST if n not in reached]
-    note = (
-        f"\n\nEven with those lessons skipped, the day does not reach {', '.join(f'`{n}`' for n in missing)}: "
-        "plan a second day."
-        if missing
-        else ""
+def days_tables() -> str:
+    """The two days' schedules as markdown tables, and what neither reaches."""
+    first, second, left = two_days()
+    out = ["### Day one", "", _table_only(first), "", "### Day two", "", _table_only(second), ""]
+    out.append(
+        "The two days reach every lesson's core path."
+        if not left
+        else f"Neither day reaches {', '.join(f'`{n}`' for n in left)}: leave {'it' if len(left) == 1 else 'them'} for "
+        "self-study, or plan a third session."
     )
-    return schedule_table(plan, left, skipped) + note
+    return "\n".join(out)
+
+
+def _table_only(plan: list[course.Slot]) -> str:
+    return schedule_table(plan, []).split("\n\n")[0]
 
 
 def render() -> str:
@@ -117,20 +115,20 @@ rewrites this page.
 Each block is one lesson's **core path**: the lesson without the sections whose heading ends in
 "(deep dive)". Its time is the core path's measured run time in full mode plus a reading estimate
 (the words of the core path's text, code and full-mode outputs at {course.READING_WPM} words a minute: a rule
-set against one newcomer's reading of two lessons, not a measurement of each). A {BREAK_MIN}-minute break comes after about {BREAK_AFTER_MIN} minutes of work. {deep}
+set against one newcomer's reading of two lessons, not a measurement of each). The exercises are not in the
+blocks: give them as homework, or to those who finish a block early, with the deep dives. A {BREAK_MIN}-minute
+break comes after about {BREAK_AFTER_MIN} minutes of work. {deep}
 
 {schedule_table(*course.workshop_schedule(WORKSHOP_MIN, BREAK_AFTER_MIN, BREAK_MIN))}
 
-## A full day ({DAY_MIN // 60} hours)
+## Two days ({DAY_MIN // 60} hours each)
 
 The same blocks and breaks, with a {LUNCH_MIN}-minute lunch at the first break after {_clock(LUNCH_AFTER_MIN)}.
-The day must reach {", ".join(f"`{n}`" for n in DAY_MUST)}: multi-worker training with tf.distribute,
-SageMaker jobs and the capstone that answers the course's opening question. When the lessons do not all fit,
-the schedule drops {" then ".join(f"`{n}`" for n in DAY_SKIPPABLE)}, in that order, until it reaches them:
-mixed precision speeds up each worker but is not a step on the way to the cluster, and lessons 03 and 04
-carry on from lesson 01 without the survey of parallelism strategies.
+The lessons keep their order: the first day goes as far as it can, the second day carries on from there.
+Where only one day is possible, stop where day one ends and give the rest as self-study: the capstone
+(`08_capstone.ipynb`) builds on lessons 01 and 03 to 07.
 
-{day_table()}
+{days_tables()}
 
 Learners' machines are often slower than the one that measured these times: allow for it, and keep the
 deep dives for those who finish early.

@@ -559,20 +559,6 @@ def workshop_schedule(
     return plan, left
 
 
-def workshop_reaching(
-    must: tuple[str, ...], skippable: tuple[str, ...], total_min: float, **kwargs
-) -> tuple[list[Slot], list[str], list[str]]:
-    """The schedule that keeps the most lessons and still reaches every lesson of `must`: the lessons of
-    `skippable` are dropped one by one, in that order, until it does. Returns (schedule, left, skipped);
-    when even dropping all of them is not enough, the schedule with all of them dropped."""
-    for k in range(len(skippable) + 1):
-        skipped = list(skippable[:k])
-        plan, left = workshop_schedule(total_min, skip=tuple(skipped), **kwargs)
-        if set(must) <= {slot.what for slot in plan}:
-            break
-    return plan, left, skipped
-
-
 def horovod_sections(nb: dict | Path) -> list[str]:
     """Titles of the sections with a cell that calls `L.need_horovod()` (cells that skip without Horovod)."""
     cells = _cells(nb)
