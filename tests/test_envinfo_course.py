@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -532,3 +533,40 @@ def test_the_course_map_of_the_course_links_every_lesson():
     text = course.course_map_markdown()
     for lesson in course.lessons():
         assert f"- [{lesson.title}]({lesson.notebook})" in text
+
+
+def test_recount_takes_a_deep_dive_marked_since_the_timing_off_the_core_path(tmp_path, monkeypatch):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+    import time_notebooks
+
+    def lesson(extra_title):
+        cells = [_md("# 01 T"), _code("a = 1", 2), _md(f"## {extra_title}"), _code("b = 2", 7)]
+        for cell in cells:
+            cell.setdefault("outputs", [])
+        cells[3]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "many words printed here\n"}]
+        return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+    monkeypatch.setattr(course, "NOTEBOOKS", tmp_path)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "01_t.full.ipynb").write_text(json.dumps(lesson("More")))  # the copy timed: all on the core path
+    now = lesson("More (deep dive)")
+    for cell in now["cells"]:
+        cell.pop("outputs", None) if cell["cell_type"] == "markdown" else cell.update(outputs=[], metadata={})
+    (tmp_path / "01_t.ipynb").write_text(json.dumps(now))
+    out = tmp_path / "durations.csv"
+    row = {"notebook": "01_t.ipynb", "mode": "full", "seconds": "10", "peak_memory_mib": "1", "cpu_model": "X"}
+    row |= {
+        "usable_cores": "2",
+        "date": "2026-01-01",
+        "tensorflow": "2.21.0",
+        "code_hash": course.code_hash(tmp_path / "01_t.ipynb"),
+    }
+    course.record_duration(row | {"core_seconds": "9.0", "reading_words": "20"}, out)
+    time_notebooks.recount(saved, ["01_t.ipynb"], out)
+    (after,) = course.read_durations(out)
+    assert after["core_seconds"] == "2.5" and int(after["reading_words"]) == 4  # 01, T, a, 1
+    now["cells"][1]["source"] = ["a = 3"]  # the code changed since: it must be timed again
+    (tmp_path / "01_t.ipynb").write_text(json.dumps(now))
+    with pytest.raises(SystemExit, match=r"01_t.ipynb: the lesson's code differs"):
+        time_notebooks.recount(saved, ["01_t.ipynb"], out)

@@ -3,7 +3,8 @@
     make durations                                        # every notebook, full and smoke mode
     python tools/time_notebooks.py --mode full            # every notebook, full mode
     python tools/time_notebooks.py --mode smoke 00_start_here.ipynb
-    python tools/time_notebooks.py --mode full --save /tmp/executed   # also keep the outputs to read
+    python tools/time_notebooks.py --mode full --save build/timed   # also keep the outputs to read
+    python tools/time_notebooks.py --recount build/timed   # after editing only Markdown: recount from those copies
     python tools/time_notebooks.py --mode smoke --out /tmp/d.csv 00_start_here.ipynb   # record elsewhere
     python tools/time_notebooks.py --jupyterlab        # only measure a JupyterLab server's memory
     python tools/time_notebooks.py --mode smoke --record-references 04_horovod.ipynb   # on a quiet machine
@@ -13,7 +14,14 @@ The file records with each time the machine (CPU model, usable cores) and the Te
 notebook's code cells, so that the course map marks a time measured on an earlier version of a lesson;
 the peak memory of the notebook's processes (its kernel and every worker the kernel starts, their
 proportional set sizes summed), sampled twice a second; and the run time of the lesson's core path (its
-code cells outside the sections marked "(deep dive)", from the cells' own timings).
+code cells outside the sections marked "(deep dive)" and the exercises, from the cells' own timings) with the words
+a learner reads on it (text, code and outputs).
+
+With --recount FOLDER it runs nothing: for each lesson whose code is the same as in its full-mode copy saved in
+FOLDER (by --save), it counts the core path's run time and words again, from that copy's outputs and cell timings
+and the lesson's Markdown as it is now, and updates the lesson's full-mode row. That is for a lesson whose text
+changed since it was timed, a section marked as a deep dive for instance; a lesson whose code changed must be
+timed again.
 
 With --jupyterlab it also starts a headless JupyterLab server of this environment, waits until it serves
 the JupyterLab page, and records the memory (RSS) of its processes in data/jupyterlab_memory.csv: with the
@@ -23,7 +31,9 @@ lessons' peak, that is the memory the course needs (utils.course.memory_need).
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime as dt
+import json
 import os
 import secrets
 import subprocess
@@ -134,6 +144,50 @@ def measure_jupyterlab(path: Path) -> None:
     )
 
 
+def with_outputs_of(current: dict, executed: dict) -> dict:
+    """`current` (a lesson as it is now) with the outputs and timings of `executed` (a saved run of the same code),
+    its code cells matched in order."""
+    merged = copy.deepcopy(current)
+    ran = [c for c in executed["cells"] if c["cell_type"] == "code"]
+    mine = [c for c in merged["cells"] if c["cell_type"] == "code"]
+    if ["".join(c["source"]) for c in ran] != ["".join(c["source"]) for c in mine]:
+        raise ValueError("the lesson's code differs from the saved copy's")
+    for cell, done in zip(mine, ran, strict=True):
+        cell["outputs"] = done.get("outputs", [])
+        cell.setdefault("metadata", {})["execution"] = done.get("metadata", {}).get("execution", {})
+    return merged
+
+
+def recount(folder: Path, names: list[str], out: Path) -> None:
+    """Update each lesson's full-mode row with its core path's run time and words, counted from its copy saved in
+    `folder` and its Markdown as it is now; a lesson without a copy, or whose code changed, is named and left."""
+    rows = {r["notebook"]: r for r in course.read_durations(out) if r["mode"] == "full"}
+    stale = []
+    for name in names:
+        saved = folder / f"{Path(name).stem}.full.ipynb"
+        if name not in rows or not saved.exists():
+            stale.append(f"{name}: no full-mode row or no saved copy ({saved})")
+            continue
+        current = json.loads((course.NOTEBOOKS / name).read_text())
+        try:
+            merged = with_outputs_of(current, json.loads(saved.read_text()))
+        except ValueError as err:
+            stale.append(f"{name}: {err}")
+            continue
+        if rows[name].get("code_hash") != course.code_hash(course.NOTEBOOKS / name):
+            stale.append(f"{name}: its full-mode row was measured on other code than the saved copy's")
+            continue
+        row = dict(rows[name])
+        before = row.get("reading_words", "")
+        core = course.core_seconds(merged)
+        row["core_seconds"] = "" if core is None else f"{core:.1f}"
+        row["reading_words"] = str(course.reading_words(merged))
+        course.record_duration(row, out)
+        print(f"{name}: core path {row['core_seconds']} s, {row['reading_words']} words (were {before})")
+    if stale:
+        sys.exit("not recounted, time these again with --mode full --save:\n  " + "\n  ".join(stale))
+
+
 def main() -> None:
     """Time each named notebook (default: all) in the given mode and record the results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -150,7 +204,17 @@ def main() -> None:
         "steady (utils.steady): run it on a quiet machine",
     )
     parser.add_argument("notebooks", nargs="*", help="file names in notebooks/ (default: all)")
+    parser.add_argument(
+        "--recount",
+        type=Path,
+        metavar="FOLDER",
+        help="recount the core path's run time and words from the full-mode copies saved in FOLDER, with the "
+        "lessons' Markdown as it is now (no lesson runs)",
+    )
     args = parser.parse_args()
+    if args.recount:
+        recount(args.recount, args.notebooks or [lesson.notebook for lesson in course.lessons()], args.out)
+        return
     if args.jupyterlab:
         measure_jupyterlab(args.jupyterlab_out)
         if not args.mode:
