@@ -744,3 +744,11 @@ def test_a_profile_that_is_not_there_is_named_without_asking_the_network(no_cred
     finally:
         guard.close()
     assert guard.attempts == []
+
+
+def test_a_request_after_the_emulated_aws_stopped_says_which_cell_starts_it_again():
+    with sj.offline_aws() as emulated:
+        pass
+    with pytest.raises(sj.AWSStopped, match="Run the cell that starts it again") as stopped:
+        sj.request_for(sj.JobConfig(kind="single"), emulated)
+    assert stopped.value._render_traceback_() == [f"AWSStopped: {sj.STOPPED_HELP}"]  # in a notebook: no traceback

@@ -351,6 +351,7 @@ class OfflineAWS:
     region: str
     requests: list[dict] = field(default_factory=list)
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="course-sagemaker-")))
+    closed: bool = False  # set when offline_aws() has ended: moto and its fake credentials are gone
 
     def upload_dataset(
         self, path: Path | None = None, prefix: str = "data/train", parts: int = 1, hours: int | None = None
@@ -390,6 +391,21 @@ def _sdk_config(folder: Path) -> Path:
     return path
 
 
+class AWSStopped(RuntimeError):
+    """A request to the emulated AWS after it was stopped: the message says which cell starts it again. In a
+    notebook it shows as that message alone, without a traceback (IPython's `_render_traceback_`)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+STOPPED_HELP = (
+    'the emulated AWS is stopped: the lesson\'s last cell (stack.close()) stopped it, and "Run All" runs that cell '
+    'too. Run the cell that starts it again (it prints "Starting the emulated AWS (moto) ...", at the start of '
+    "section 2), then this cell."
+)
+
+
 @contextmanager
 def offline_aws(region: str = REGION, bucket: str = BUCKET) -> Iterator[OfflineAWS]:
     """AWS emulated by moto in this process, with fake credentials; the environment is restored afterwards."""
@@ -399,6 +415,7 @@ def offline_aws(region: str = REGION, bucket: str = BUCKET) -> Iterator[OfflineA
     work = Path(tempfile.mkdtemp(prefix="course-sagemaker-"))
     os.environ.update(_OFFLINE_ENV, AWS_DEFAULT_REGION=region, SAGEMAKER_USER_CONFIG_OVERRIDE=str(_sdk_config(work)))
     os.environ.pop("AWS_PROFILE", None)
+    aws = None
     try:
         with mock_aws():
             import boto3
@@ -415,6 +432,8 @@ def offline_aws(region: str = REGION, bucket: str = BUCKET) -> Iterator[OfflineA
             )
             yield aws
     finally:
+        if aws is not None:
+            aws.closed = True
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -555,6 +574,8 @@ _last_name: dict[str, float] = {}
 
 def request_for(config: JobConfig, aws: OfflineAWS, *, data_uri: str | None = None) -> dict:
     """Build the job of `config` against moto and return the CreateTrainingJob request the SDK sent."""
+    if aws.closed:
+        raise AWSStopped(STOPPED_HELP)
     # Job names carry a timestamp to the second: two jobs of one kind in the same second would clash.
     wait = _last_name.get(config.kind, 0) + 1.05 - time.time()
     if wait > 0:
