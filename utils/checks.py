@@ -394,14 +394,14 @@ def check_horovod_script(script: str | Path, epochs: int = 1, data_size: int = 2
     if not all(r["initialised"] for r in recs) or [r["size"] for r in recs] != [n] * n:
         problems.append(
             f"TODO 1: each process should find {n} ranks, they report sizes {[r['size'] for r in recs]}: "
-            "call hvd.init() first"
+            "initialise Horovod before anything asks for a rank"
         )
     threads = int(launch.thread_env(1)["OMP_NUM_THREADS"])
     if any(r["intra_op_threads"] != threads for r in recs) or any(r["visible_gpus"] > 1 for r in recs):
         problems.append(
             f"TODO 2: each rank should use OMP_NUM_THREADS = {threads} thread(s) (and one GPU where there are "
-            f"GPUs); they use {[r['intra_op_threads'] for r in recs]} (0 = all cores): "
-            "tf.config.threading.set_intra_op_parallelism_threads(int(os.environ['OMP_NUM_THREADS']))"
+            f"GPUs); they use {[r['intra_op_threads'] for r in recs]} (0 = all cores): set TensorFlow's intra-op "
+            "thread count from that variable"
         )
     windows = data.prepare(data.synthetic_series(data_size, seed=0)).x_train
     share = len(windows) // n
@@ -414,19 +414,20 @@ def check_horovod_script(script: str | Path, epochs: int = 1, data_size: int = 2
     ):
         problems.append(
             f"TODO 3: the {n} ranks should train on different, equal shares of the {len(windows)} windows "
-            f"({share} each); they trained on {[r['examples'] for r in recs]}: "
-            "data.shard(x, y, hvd.rank(), hvd.size())"
+            f"({share} each); they trained on {[r['examples'] for r in recs]}: keep this rank's share, by its rank "
+            "and the number of ranks (utils.data has the function)"
         )
     same_start = _weights_close(recs[0]["first_weights"], recs[1]["first_weights"], 1e-7)
     if not same_start:
         problems.append(
-            "TODO 5: the ranks began the first step with different weights: broadcast rank 0's "
-            "(hvd_keras.BroadcastInitialState(root_rank=0) in the callbacks)"
+            "TODO 5: the ranks began the first step with different weights: broadcast rank 0's before the first "
+            "step (utils.hvd_keras has the callback)"
         )
     elif not _weights_close(recs[0]["weights"], recs[1]["weights"], 1e-6):
         problems.append(
             "TODO 4: the ranks started equal but ended with different weights: each applied its own "
-            "gradients. Wrap the model with hvd_keras.distributed(net) before compiling it"
+            "gradients. Give the model a training step that averages them over the ranks before compiling it "
+            "(utils.hvd_keras has the wrapper)"
         )
     steps = [r["steps"] for r in recs]
     if len(set(steps)) > 1 or steps[0] != epochs * math.ceil(recs[0]["examples"] / batch):
