@@ -70,6 +70,22 @@ CSS = """\
 """
 
 
+#: The theme's header button that opens the list of pages does nothing: pydata-sphinx-theme 0.17 and
+#: sphinx-book-theme 1.3 bind their handlers to the first `.primary-toggle` of the page, which is the navbar's own
+#: button that the book theme hides, so on a phone the pages could only be left by "Previous" and "Next". Each
+#: other toggle passes its click to the first one (tools/check_site.py opens the list at a phone's width).
+JS = """\
+document.addEventListener("DOMContentLoaded", () => {
+  for (const kind of [".primary-toggle", ".secondary-toggle"]) {
+    const [bound, ...others] = document.querySelectorAll(kind);
+    for (const button of others) {
+      button.addEventListener("click", (event) => { event.preventDefault(); event.stopPropagation(); bound.click(); });
+    }
+  }
+});
+"""
+
+
 def execute(name: str, mode: str, dest: Path) -> None:
     """Copy the lesson's executed copy in this mode to dest, executing the lesson first only when it has no
     current copy (one made from its code as it is now: the notebook tests' copy, or an earlier build's)."""
@@ -119,6 +135,7 @@ def main() -> None:
     (src / "_config.yml").write_text(CONFIG)
     (src / "_static").mkdir(exist_ok=True)
     (src / "_static" / "course.css").write_text(CSS)  # Jupyter Book adds every stylesheet in _static to each page
+    (src / "_static" / "course.js").write_text(JS)  # and every script
     html = args.out / "html"
     shutil.rmtree(src / "_build", ignore_errors=True)
     book = Path(sys.executable).with_name("jupyter-book")

@@ -9,9 +9,9 @@ actually decoded; no output is an error or a traceback; every link between pages
 and lesson 00 name every lesson; no page is wider than the screen, at a desktop width or on a phone (390 px):
 wide tables and code scroll inside their own box. Each lesson's length is measured in screens at 1366 x 768 and
 at 390 x 844 (the whole page, and its core path: the page without its "(deep dive)" sections) and the core path
-must fit MAX_CORE_SCREENS at both. axe-core's accessibility rules run on every page at both widths: a serious or critical
-violation fails the check, moderate and minor ones are listed; every figure must have a text alternative that
-states its finding (its title, recorded with the figure). Screenshots at both widths go to build/site/screenshots.
+must fit MAX_CORE_SCREENS at both. On a phone, the header's button opens the list of pages. axe-core's
+accessibility rules run on every page at both widths: a serious or critical violation fails the check, moderate
+and minor ones are listed; every figure must have a text alternative that states its finding (its title, recorded with the figure). Screenshots at both widths go to build/site/screenshots.
 """
 
 from __future__ import annotations
@@ -202,6 +202,24 @@ def overflow(page) -> str | None:
     )
 
 
+def navigation_opens(page) -> str | None:
+    """At a phone's width, tap the visible button that opens the list of pages: None when the list opens and links
+    to the course's front page, else what went wrong."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    buttons = [b for b in page.locator("button.primary-toggle").all() if b.is_visible()]
+    if not buttons:
+        return "no visible button opens the list of pages"
+    buttons[0].click()
+    try:
+        page.wait_for_function("document.querySelector('#pst-primary-sidebar-modal')?.open === true", timeout=3000)
+    except PlaywrightTimeout:
+        return "its button to open the list of pages does nothing"
+    links = page.locator("#pst-primary-sidebar-modal a[href]").count()
+    page.keyboard.press("Escape")
+    return None if links else "the list of pages opens empty"
+
+
 def length_in_screens(page) -> tuple[float, float]:
     """The open page's length in screens of its viewport: the whole page, and without its deep dives."""
     found = page.evaluate(LENGTH_JS)
@@ -272,6 +290,10 @@ def main() -> None:
                                 f"{MAX_CORE_SCREENS[size]}: collapse figure and table code (hide-input) or move a "
                                 "section into a deep dive"
                             )
+                    if size == "phone" and notebook is not None and stem == Path(names[0]).stem:
+                        stuck = navigation_opens(page)  # once: every page has the same header
+                        if stuck:
+                            problems.append(f"{stem} at {width} px: {stuck} (tools/build_site.py's JS passes it on)")
                     page.screenshot(path=str(shots / f"{stem}.{size}.png"), full_page=True)
                     page.close()
                     if size != "desktop":
