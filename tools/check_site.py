@@ -11,7 +11,8 @@ wide tables and code scroll inside their own box. Each lesson's length is measur
 at 390 x 844 (the whole page, and its core path: the page without its "(deep dive)" sections) and the core path
 must fit MAX_CORE_SCREENS at both. On a phone, the header's button opens the list of pages. axe-core's
 accessibility rules run on every page at both widths: a serious or critical violation fails the check, moderate
-and minor ones are listed; every figure must have a text alternative that states its finding (its title, recorded with the figure). Screenshots at both widths go to build/site/screenshots.
+and minor ones are listed; every figure must have a text alternative that states its finding (its title, recorded
+with the figure). Screenshots at both widths go to build/site/screenshots.
 """
 
 from __future__ import annotations
