@@ -110,7 +110,7 @@ def test_a_run_and_edited_lesson_survives_git_pull_and_takes_the_course_changes(
     assert merged["cells"][note + 1]["source"] == "answer = None  # your answer (an integer)"
     plot = next(c for c in merged["cells"] if c["id"] == "plot")
     assert plot["outputs"] and "".join(plot["outputs"][0]["text"]) == "20\n"  # an unchanged cell keeps its output
-    saved = list((me / "workspace" / ".course" / "saved").glob("01_lesson.before-update-*.ipynb"))
+    saved = list((me / "workspace" / "saved").glob("01_lesson.before-update-*.ipynb"))
     assert len(saved) == 1 and sources(saved[0])["exercise"] == "answer = 20"
     assert git(me, "status", "--porcelain").stdout == ""
     assert [c.action for c in ws.sync()] == ["unchanged"]  # a second sync has nothing to do
@@ -149,11 +149,11 @@ def test_reset_saves_the_learners_copy_unless_discarded(tmp_path):
     change = ws.reset("03")
     assert sources(mine)["exercise"] == "answer = None  # your answer"
     assert "saved as" in change.detail
-    assert len(list((tmp_path / "workspace" / ".course" / "saved").glob("03_x.reset-*.ipynb"))) == 1
+    assert len(list((tmp_path / "workspace" / "saved").glob("03_x.reset-*.ipynb"))) == 1
     save(edited, mine)
     assert ws.reset("03", discard=True).detail == ""
-    assert len(list((tmp_path / "workspace" / ".course" / "saved").glob("*.ipynb"))) == 1
-    with pytest.raises(SystemExit, match="give its number"):
+    assert len(list((tmp_path / "workspace" / "saved").glob("*.ipynb"))) == 1
+    with pytest.raises(workspace.WorkspaceError, match="give its number"):
         ws.reset("07")
 
 
@@ -176,5 +176,5 @@ def test_status_and_the_command_line(tmp_path):
 def test_a_cell_without_an_id_is_refused_with_what_to_do():
     old = json.loads(json.dumps(COURSE_V1))
     del old["cells"][1]["id"]
-    with pytest.raises(ValueError, match="reset"):
+    with pytest.raises(workspace.LessonError, match="no id"):
         workspace.merge(old, COURSE_V1, COURSE_V1)

@@ -16,49 +16,131 @@ touches `notebooks/`, and `sync` then brings each change into your copy, cell by
 - cells you added stay where you put them; cells the course added appear; a cell the course removed goes,
   unless you had edited it.
 
-Before a lesson you edited is merged, your copy is saved in `workspace/.course/saved/`: nothing is lost.
-`workspace/.course/base/` keeps the course's version each copy was last brought up to date with (the common
-ancestor of a three-way merge).
+Nothing the learner wrote is lost, as a database keeps a committed row:
+
+- Before a lesson you edited is merged or reset, your copy is saved in `workspace/saved/` (a folder JupyterLab
+  shows), under a name no other save can take; a copy identical to one already saved is not saved twice.
+- Each copy carries, in its notebook metadata, which course version it was last merged with (the common ancestor
+  of the three-way merge, kept in `workspace/.course/bases/`). The merged copy and that mark are one write, so a
+  sync that is killed, interrupted or repeated merges each change once; and a copy saved over a merge from a tab
+  that was open (JupyterLab's "Overwrite") still carries the old mark, so the next sync brings the change again.
+- A copy is replaced only if it is still what sync read: a save from JupyterLab that lands during the merge is
+  merged again (or, if it lands at the very instant of the swap, saved in `workspace/saved/`).
+- One sync at a time (a lock in `workspace/.course/lock`); temporary files live in `workspace/.course/tmp/` and a
+  run removes those an interrupted one left.
+- A copy that cannot be read (empty, cut short, nbformat 3, a byte-order mark) or written (disk full, read-only)
+  is left as it is, with one line that names it and says what to do; the other lessons still sync.
 """
 
 from __future__ import annotations
 
 import argparse
+import codecs
 import copy
+import hashlib
+import itertools
 import json
-import shutil
+import os
+import re
+import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on Windows, which the course does not support
+    fcntl = None
 
 from utils.paths import NOTEBOOKS, REPO_ROOT
 
 WORKSPACE = REPO_ROOT / "workspace"
 #: The mark put in the note above a course cell that changed where the learner had edited it.
 UPDATE_NOTE = "course-update"
+#: The notebook metadata key in a learner's copy that names the course version it was last merged with.
+META_KEY = "course_workspace"
+#: How long a sync waits for another one in the same workspace before it gives up.
+LOCK_WAIT_S = 120.0
+#: How many times a lesson is merged again when its copy changes (a save from JupyterLab) during the merge.
+ATTEMPTS = 4
+#: Points where a test can act (HOOKS[point](path)) or, with COURSE_WORKSPACE_KILL_AT=point, the process is killed.
+HOOKS: dict[str, Callable[[Path], None]] = {}
+
+
+class WorkspaceError(Exception):
+    """The whole workspace cannot be synced (wrong folder, nothing writable): one line, exit status 1."""
+
+
+class LessonError(Exception):
+    """One lesson is left as it is: one line that names its file and says what to do."""
+
+
+class _Changed(Exception):
+    """The learner's copy changed between sync's read and its write: merge again."""
 
 
 @dataclass
 class Change:
     lesson: str
-    action: str  # "added", "unchanged", "updated", "merged", "reset"
+    action: str  # "added", "unchanged", "updated", "merged", "reset", "kept", "left as it was", ...
     detail: str = ""
 
     def __str__(self) -> str:
         return f"{self.lesson}: {self.action}" + (f" ({self.detail})" if self.detail else "")
 
 
+def _hook(point: str, path: Path) -> None:
+    if os.environ.get("COURSE_WORKSPACE_KILL_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if point in HOOKS:
+        HOOKS[point](path)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _dump(nb: dict) -> bytes:
+    """A notebook as JupyterLab saves it (indent 1, sorted keys), so that opening and saving changes nothing."""
+    return (json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def parse(raw: bytes, where: Path) -> dict:
+    """A notebook from its bytes, or a LessonError that says in one line what is wrong with `where`."""
+    if not raw.strip():
+        raise LessonError(f"{where} is empty ({len(raw)} bytes)")
+    if raw.startswith(codecs.BOM_UTF8):
+        raise LessonError(
+            f"{where} starts with a UTF-8 byte-order mark (a Windows editor saved it; JupyterLab cannot open it)"
+        )
+    try:
+        nb = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise LessonError(f"{where} is not UTF-8 text (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise LessonError(
+            f"{where} is not a complete notebook (invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}; "
+            "cut short?)"
+        ) from None
+    if not isinstance(nb, dict):
+        raise LessonError(f"{where} is JSON but not a notebook")
+    if nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
+        version = nb.get("nbformat", "unknown")
+        raise LessonError(f"{where} is in notebook format {version}, not 4 (an old Jupyter saved it)")
+    for n, c in enumerate(nb["cells"], 1):
+        if not isinstance(c, dict) or c.get("cell_type") not in ("code", "markdown", "raw"):
+            raise LessonError(f"{where}: cell {n} is not a notebook cell")
+        if not isinstance(c.get("source", ""), (str, list)):
+            raise LessonError(f"{where}: cell {n} has no text source")
+    return nb
+
+
 def _read(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _write(path: Path, nb: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)  # a learner's copy is never left half-written
+    return parse(path.read_bytes(), path)
 
 
 def _src(cell: dict | None) -> str | None:
@@ -75,14 +157,43 @@ def _text(nb: dict) -> list[tuple[str, str, str]]:
 
 def _ids(nb: dict, where: Path) -> dict[str, dict]:
     cells = {}
-    for c in nb["cells"]:
+    for n, c in enumerate(nb["cells"], 1):
         if not c.get("id"):
-            raise ValueError(
-                f"{where}: a cell has no id (nbformat 4.5 or later gives every cell one); run "
-                "`python -m utils.workspace reset` on this lesson to take the course's copy"
+            raise LessonError(
+                f"{where}: cell {n} has no id (a notebook saved by nbformat before 4.5, as Colab or an old Jupyter "
+                "saves it), so its cells cannot be matched with the course's"
             )
+        if c["id"] in cells:
+            raise LessonError(f"{where}: the cell id {c['id']!r} appears twice")
         cells[c["id"]] = c
     return cells
+
+
+def unique_ids(nb: dict) -> list[tuple[str, str]]:
+    """Gives each later cell whose id repeats an earlier one a new id (`<id>-2`, `<id>-3`, ...) in place, as
+    nbformat's validator would; returns the (old, new) pairs. A learner's copy can have such cells (a cell pasted
+    as JSON, two notebooks joined by hand); without this, a merge by ids would keep only one of them."""
+    seen = {c.get("id") for c in nb["cells"]}
+    used: set[str] = set()
+    renamed = []
+    for c in nb["cells"]:
+        cid = c.get("id")
+        if not cid:
+            continue
+        if cid in used:
+            new = next(f"{cid}-{k}" for k in itertools.count(2) if f"{cid}-{k}" not in seen)
+            seen.add(new)
+            renamed.append((cid, new))
+            c["id"] = new
+        used.add(c["id"])
+    return renamed
+
+
+def unique_ids_of(nb: dict) -> dict:
+    """A copy of `nb` with repeated cell ids made unique (see unique_ids)."""
+    nb = copy.deepcopy(nb)
+    unique_ids(nb)
+    return nb
 
 
 def _note(course_cell: dict) -> tuple[dict, dict]:
@@ -106,7 +217,10 @@ def _note(course_cell: dict) -> tuple[dict, dict]:
 def merge(base: dict, mine: dict, theirs: dict, where: Path = Path("lesson")) -> tuple[dict, int]:
     """Three-way merge of a lesson by cell ids: `base` the course's version the learner's copy came from, `mine`
     the learner's copy, `theirs` the course's new version. Returns the merged notebook and the number of cells
-    that both had changed (each kept as the learner's, with the course's version below it)."""
+    that both had changed (each kept as the learner's, with the course's version below it). Cells of `mine` whose
+    id repeats an earlier cell's are kept as cells the learner added (see `unique_ids`)."""
+    mine = copy.deepcopy(mine)
+    unique_ids(mine)
     b, m, t = _ids(base, where), _ids(mine, where), _ids(theirs, where)
     # A cell of mine the course walk below does not place (one the learner added, or edited where the course
     # removed it) goes after the nearest cell before it, in the learner's order, that the walk does place.
@@ -143,105 +257,465 @@ def merge(base: dict, mine: dict, theirs: dict, where: Path = Path("lesson")) ->
     return merged, both
 
 
+def _mark(nb: dict, base_id: str) -> dict:
+    """`nb` with the mark of the course version it was merged with (the merge and the mark are one write)."""
+    nb = {**nb, "metadata": {**nb.get("metadata", {}), META_KEY: {"base": base_id}}}
+    return nb
+
+
 class Workspace:
     """The lessons of `course` (the course's folder) as the learner's copies in `root`."""
 
     def __init__(self, root: Path = WORKSPACE, course: Path = NOTEBOOKS):
         self.root, self.course = Path(root), Path(course)
-        self.base, self.saved = self.root / ".course" / "base", self.root / ".course" / "saved"
+        self.meta = self.root / ".course"
+        self.base = self.meta / "base"  # per lesson: the course version its copy was last merged with
+        self.bases = self.meta / "bases"  # every such version, by the hash its copies' mark names
+        self.tmp, self.hold = self.meta / "tmp", self.meta / "hold"
+        self.saved = self.root / "saved"  # the learner's saved copies, where JupyterLab shows them
+        self.late: list[Path] = []
+
+    # --- where things are -------------------------------------------------------------------------------------
 
     def lessons(self) -> list[str]:
+        if not self.course.is_dir():
+            raise WorkspaceError(f"no lessons in {self.course}: run this from a clone of the course")
         names = sorted(p.name for p in self.course.glob("*.ipynb"))
         if not names:
-            raise FileNotFoundError(f"no lessons in {self.course}: run this from a clone of the course")
+            raise WorkspaceError(f"no lessons in {self.course}: run this from a clone of the course")
         return names
 
-    def _save(self, name: str, why: str) -> Path:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        dest = self.saved / f"{Path(name).stem}.{why}-{stamp}.ipynb"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(self.root / name, dest)
-        return dest
+    def _number(self, name: str) -> str:
+        return name.split("_", 1)[0]
 
-    def _take_course(self, name: str) -> None:
-        nb = _read(self.course / name)
-        _write(self.root / name, nb)
-        _write(self.base / name, nb)
+    def _what_to_do(self, name: str) -> str:
+        return (
+            f"left as it is; `python -m utils.workspace reset {self._number(name)}` replaces it with the course's "
+            "version (yours is saved in workspace/saved/ first)"
+        )
+
+    # --- writing without ever cutting or overwriting ----------------------------------------------------------
+
+    def _tmp_file(self, data: bytes) -> Path:
+        """`data` in a new file of .course/tmp/ (a name no other process uses), flushed to disk."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        tmp = self.tmp / f"{os.getpid()}-{uuid.uuid4().hex}.partial"
+        try:
+            with open(tmp, "xb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def _put(self, data: bytes, dest: Path) -> None:
+        """A record (never a learner's copy) replaced whole, or not at all."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._tmp_file(data)
+        try:
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _link_new(self, tmp: Path, dest: Path) -> None:
+        """`tmp` appears as `dest`, which must not exist (FileExistsError if it does): never an overwrite."""
+        try:
+            os.link(tmp, dest)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: the same check, with a short window
+            if os.path.lexists(dest):
+                raise FileExistsError(dest) from None
+            os.rename(tmp, dest)
+
+    def keep(self, data: bytes, name: str, why: str) -> Path:
+        """Saves `data` (a copy of lesson `name`) in workspace/saved/ under a name no other save takes; a copy
+        identical to one already saved there is not saved again (that one is returned)."""
+        stem = Path(name).stem
+        self.saved.mkdir(parents=True, exist_ok=True)
+        for p in sorted(self.saved.glob(f"{glob_escape(stem)}.*.ipynb")):
+            try:
+                if p.stat().st_size == len(data) and p.read_bytes() == data:
+                    return p
+            except OSError:
+                continue
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        tmp = self._tmp_file(data)
+        try:
+            for n in itertools.count(1):
+                dest = self.saved / f"{stem}.{why}-{stamp}{'' if n == 1 else f'-{n}'}.ipynb"
+                try:
+                    self._link_new(tmp, dest)
+                    return dest
+                except FileExistsError:
+                    continue
+        finally:
+            tmp.unlink(missing_ok=True)
+        raise AssertionError("unreachable")
+
+    def _settle(self, path: Path, wait_s: float = 2.0) -> None:
+        """Waits (at most `wait_s`) while Jupyter's server is saving `path`: it copies the file to `.~name`
+        first, writes the file in place, then removes the copy."""
+        marker = path.with_name(".~" + path.name)
+        deadline = time.monotonic() + wait_s
+        while marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def _commit(self, path: Path, data: bytes, read: bytes) -> None:
+        """Replaces the learner's copy `path` with `data` only if it still holds `read` (what sync read and
+        merged); else raises _Changed and leaves it as it is. The copy is first moved aside (so that a save
+        from JupyterLab during the swap lands either in it, checked after, or in a new file, which is kept);
+        a kill leaves it in .course/hold/, from where the next run puts it back."""
+        tmp = self._tmp_file(data)
+        self.hold.mkdir(parents=True, exist_ok=True)
+        held = self.hold / f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            _hook("before-commit", path)
+            self._settle(path)
+            os.rename(path, held)
+            try:
+                _hook("held", path)
+                if held.read_bytes() != read:
+                    self._put_back(held, path)
+                    raise _Changed
+                try:
+                    self._link_new(tmp, path)
+                except FileExistsError:  # a save made a new file at `path` in the instant it was away
+                    self._put_back(held, path)
+                    raise _Changed from None
+            except _Changed:
+                raise
+            except BaseException:
+                if not os.path.lexists(path):
+                    os.rename(held, path)
+                raise
+            _hook("after-commit", path)
+            # A save that opened the old file just before the swap writes into it: wait for it, and keep it.
+            self._settle(path)
+            late = held.read_bytes()
+            if late != read:
+                self.late.append(self.keep(late, path.name, "saved-during-update"))
+            held.unlink()
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def _put_back(self, held: Path, path: Path) -> None:
+        """`held` back at `path`, or, where something new is at `path`, into workspace/saved/."""
+        try:
+            self._link_new(held, path)
+        except FileExistsError:
+            if path.read_bytes() != held.read_bytes():
+                self.late.append(self.keep(held.read_bytes(), path.name, "saved-during-update"))
+        held.unlink(missing_ok=True)
+
+    def _create(self, path: Path, data: bytes) -> bool:
+        """A new learner's copy at `path`; False where a file appeared there meanwhile (left as it is)."""
+        tmp = self._tmp_file(data)
+        try:
+            self._link_new(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    # --- one sync at a time, and what an interrupted one left -------------------------------------------------
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        if self.root.exists() and not self.root.is_dir():
+            raise WorkspaceError(f"{self.root} is not a folder: give --root a folder (default: workspace/)")
+        try:
+            self.meta.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.meta / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise WorkspaceError(
+                f"cannot write in {self.meta} ({err.strerror}): sync needs to write in your workspace; "
+                "check that the disk is not full or read-only and that the folder is yours"
+            ) from None
+        try:
+            if fcntl is not None:
+                deadline, told = time.monotonic() + LOCK_WAIT_S, False
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise WorkspaceError(
+                                f"another sync has held {self.meta / 'lock'} for {LOCK_WAIT_S:.0f} s: let it "
+                                "finish (or stop it), then run sync again"
+                            ) from None
+                        if not told:
+                            print("[workspace] another sync is running in this workspace: waiting for it", flush=True)
+                            told = True
+                        time.sleep(0.05)
+            self._recover()
+            yield
+        finally:
+            os.close(fd)
+
+    def _recover(self) -> None:
+        """What an interrupted run left: copies moved aside go back (or, where a new one is there, into
+        saved/), temporary files go, and saved copies from before saved/ existed move there."""
+        for held in sorted(self.hold.glob("*")) if self.hold.is_dir() else []:
+            name = held.name.rsplit(".", 1)[0]
+            path = self.root / name
+            if not os.path.lexists(path):
+                os.rename(held, path)
+            else:
+                if path.read_bytes() != held.read_bytes():
+                    self.keep(held.read_bytes(), name, "interrupted-update")
+                held.unlink()
+        for tmp in self.tmp.glob("*") if self.tmp.is_dir() else []:
+            tmp.unlink(missing_ok=True)
+        # the .partial files of the earlier version of this tool (the copy beside them is whole)
+        for leftover in [*self.root.glob("*.ipynb.partial"), *self.base.glob("*.partial")]:
+            leftover.unlink(missing_ok=True)
+        old_saved = self.meta / "saved"
+        for p in sorted(old_saved.glob("*.ipynb")) if old_saved.is_dir() else []:
+            self.saved.mkdir(parents=True, exist_ok=True)
+            try:
+                self._link_new(p, self.saved / p.name)
+            except FileExistsError:
+                if (self.saved / p.name).read_bytes() != p.read_bytes():
+                    self.keep(p.read_bytes(), p.name.split(".", 1)[0] + ".ipynb", "saved")
+            p.unlink(missing_ok=True)
+
+    # --- the course version a copy was merged with --------------------------------------------------------------
+
+    def _store_base(self, raw: bytes) -> str:
+        base_id = _digest(raw)
+        dest = self.bases / f"{base_id}.ipynb"
+        if not dest.exists():
+            self._put(raw, dest)
+        return base_id
+
+    def base_of(self, name: str, mine: dict) -> tuple[dict, str] | None:
+        """The course version `mine` was last merged with, and its hash: the one its mark names, else this
+        lesson's record; None where neither can be read (a record that cannot be read counts as none)."""
+        mark = mine.get("metadata", {}).get(META_KEY, {})
+        candidates = []
+        if isinstance(mark, dict) and isinstance(mark.get("base"), str) and re.fullmatch(r"[0-9a-f]{16}", mark["base"]):
+            candidates.append(self.bases / f"{mark['base']}.ipynb")
+        candidates.append(self.base / name)
+        for p in candidates:
+            try:
+                raw = p.read_bytes()
+                return parse(raw, p), _digest(raw)
+            except (OSError, LessonError):
+                continue
+        return None
+
+    def _record(self, name: str, raw: bytes) -> None:
+        self._put(raw, self.base / name)
+
+    # --- sync -----------------------------------------------------------------------------------------------------
 
     def sync_one(self, name: str) -> Change:
-        mine_p, base_p = self.root / name, self.base / name
-        theirs = _read(self.course / name)
-        if not mine_p.exists():
-            self._take_course(name)
-            return Change(name, "added")
-        if not base_p.exists():
-            # a copy made without this tool (or its record deleted): nothing to merge from, so keep it untouched
-            # and put the course's version beside it
-            dest = self._save(name, "yours")
-            self._take_course(name)
-            return Change(name, "reset", f"your earlier copy is saved as {dest.relative_to(self.root)}")
-        base, mine = _read(base_p), _read(mine_p)
-        if _text(theirs) == _text(base):
-            return Change(name, "unchanged")
-        edited = _text(mine) != _text(base)
-        saved = self._save(name, "before-update") if edited else None
-        merged, both = merge(base, mine, theirs, mine_p)
-        _write(mine_p, merged)
-        _write(base_p, theirs)
-        if not edited:
-            return Change(name, "updated")
-        detail = f"your copy before the update: {saved.relative_to(self.root)}"
-        if both:
-            detail = (
-                f"{both} cell(s) you edited changed in the course too: see the notes marked 'Course update'; " + detail
-            )
-        return Change(name, "merged", detail)
+        course_p, mine_p = self.course / name, self.root / name
+        try:
+            theirs_raw = course_p.read_bytes()
+            theirs = parse(theirs_raw, course_p)
+            _ids(theirs, course_p)
+        except LessonError as err:
+            raise LessonError(
+                f"{err}: the course's own copy is damaged; `git checkout -- {course_p}` restores it"
+            ) from None
+        for _ in range(ATTEMPTS):
+            if not os.path.lexists(mine_p):
+                base_id = self._store_base(theirs_raw)
+                if self._create(mine_p, _dump(_mark(theirs, base_id))):
+                    self._record(name, theirs_raw)
+                    return Change(name, "added")
+                continue
+            if mine_p.is_symlink() and not mine_p.exists():
+                raise LessonError(f"{mine_p} is a link to a file that is not there: left as it is")
+            self._settle(mine_p)
+            mine_raw = mine_p.read_bytes()
+            try:
+                mine = parse(mine_raw, mine_p)
+            except LessonError as err:
+                raise LessonError(f"{err}: {self._what_to_do(name)}") from None
+            _hook("read", mine_p)
+            found = self.base_of(name, mine)
+            if found is None:
+                # a copy made without this tool, or its records deleted: nothing to merge from, so the copy is
+                # kept as it is, and the course's version becomes the one later updates merge from
+                self._store_base(theirs_raw)
+                self._record(name, theirs_raw)
+                if _text(mine) == _text(theirs):
+                    return Change(name, "unchanged")
+                return Change(
+                    name,
+                    "kept as it is",
+                    "there was no record of the course version it came from (was workspace/.course removed?); "
+                    f"from now on the course's changes merge into it. To see how it differs: notebooks/{name}; "
+                    f"to take the course's version: reset {self._number(name)}",
+                )
+            base, _ = found
+            if _text(theirs) == _text(base):
+                return Change(name, "unchanged")
+            edited = _text(mine) != _text(base)
+            try:
+                merged, both = merge(base, mine, theirs, mine_p)
+            except LessonError as err:
+                raise LessonError(f"{err}: {self._what_to_do(name)}") from None
+            renamed = unique_ids(copy.deepcopy(mine))
+            base_id = self._store_base(theirs_raw)
+            saved = self.keep(mine_raw, name, "before-update") if edited else None
+            try:
+                self._commit(mine_p, _dump(_mark(merged, base_id)), mine_raw)
+            except _Changed:
+                continue  # saved from JupyterLab during the merge: merge that copy
+            self._record(name, theirs_raw)
+            if not edited:
+                return Change(name, "updated")
+            detail = f"your copy before the update: {saved.relative_to(self.root)}"
+            if both:
+                detail = (
+                    f"{both} cell(s) you edited changed in the course too: see the notes marked 'Course update'; "
+                    + detail
+                )
+            if renamed:
+                detail += "; cells that had the same id as an earlier one now have ids " + ", ".join(
+                    n for _, n in renamed
+                )
+            return Change(name, "merged", detail)
+        raise LessonError(
+            f"{mine_p} kept changing while it was being updated (saved from JupyterLab?): left as it is; "
+            "save and close it, then run sync again"
+        )
 
     def sync(self) -> list[Change]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        return [self.sync_one(name) for name in self.lessons()]
+        names = self.lessons()
+        out = []
+        with self.locked():
+            for name in names:
+                self.late = []
+                try:
+                    change = self.sync_one(name)
+                except LessonError as err:
+                    change = Change(name, "left as it was", str(err))
+                except OSError as err:
+                    change = Change(
+                        name,
+                        "left as it was",
+                        f"{self.root / name} could not be updated ({err.strerror}: {err.filename}): free some space "
+                        "or make the folder writable, then run sync again; your copy is unchanged",
+                    )
+                if self.late:
+                    change.detail += "; a save made during the update is kept as " + ", ".join(
+                        str(p.relative_to(self.root)) for p in self.late
+                    )
+                out.append(change)
+        return out
+
+    # --- status and reset -----------------------------------------------------------------------------------------
 
     def status(self) -> list[Change]:
         out = []
         for name in self.lessons():
-            mine_p, base_p = self.root / name, self.base / name
-            if not mine_p.exists() or not base_p.exists():
+            mine_p = self.root / name
+            if not mine_p.exists():
                 out.append(Change(name, "not copied yet", "run sync"))
                 continue
-            base = _read(base_p)
-            edited = _text(_read(mine_p)) != _text(base)
-            course_changed = _text(_read(self.course / name)) != _text(base)
-            out.append(
-                Change(
-                    name,
-                    "edited" if edited else "as the course",
-                    "the course has changed it since: run sync" if course_changed else "",
-                )
-            )
+            try:
+                theirs = _read(self.course / name)
+                mine = _read(mine_p)
+                _ids(unique_ids_of(mine), mine_p)
+            except (LessonError, OSError) as err:
+                out.append(Change(name, "cannot be read", f"{err}: {self._what_to_do(name)}"))
+                continue
+            found = self.base_of(name, mine)
+            if found is None:
+                out.append(Change(name, "no record", "run sync: it keeps your copy as it is"))
+                continue
+            base, base_id = found
+            edited = _text(mine) != _text(base)
+            detail = ""
+            if _text(theirs) != _text(base):
+                detail = "the course has changed it since: run sync"
+                try:
+                    record_raw = (self.base / name).read_bytes()
+                except OSError:
+                    record_raw = b""
+                if (
+                    record_raw
+                    and _digest(record_raw) != base_id
+                    and _text(parse(record_raw, self.base / name)) == _text(theirs)
+                ):
+                    detail = (
+                        "it was saved over the course's last update (a JupyterLab tab open during the update, "
+                        "then 'Overwrite'?): run sync again to bring the course's change"
+                    )
+            out.append(Change(name, "edited" if edited else "as the course", detail))
+        lessons = set(self.lessons())
+        for p in sorted(self.root.glob("*.ipynb")) if self.root.is_dir() else []:
+            if p.name not in lessons:
+                out.append(Change(p.name, "yours", "not a lesson of the course: sync leaves it alone"))
         return out
 
     def reset(self, lesson: str, discard: bool = False) -> Change:
         name = self.find(lesson)
-        detail = ""
-        if (self.root / name).exists() and not discard:
-            detail = f"yours is saved as {self._save(name, 'reset').relative_to(self.root)}"
-        self._take_course(name)
-        return Change(name, "reset", detail)
+        course_p, mine_p = self.course / name, self.root / name
+        try:
+            theirs_raw = course_p.read_bytes()
+            theirs = parse(theirs_raw, course_p)
+        except LessonError as err:
+            raise LessonError(
+                f"{err}: the course's own copy is damaged; `git checkout -- {course_p}` restores it"
+            ) from None
+        with self.locked():
+            base_id = self._store_base(theirs_raw)
+            data = _dump(_mark(theirs, base_id))
+            for _ in range(ATTEMPTS):
+                self.late = []
+                detail = ""
+                if not os.path.lexists(mine_p):
+                    if not self._create(mine_p, data):
+                        continue
+                else:
+                    mine_raw = mine_p.read_bytes()
+                    if not discard and not self._is_course(mine_raw, theirs):
+                        detail = f"yours is saved as {self.keep(mine_raw, name, 'reset').relative_to(self.root)}"
+                    try:
+                        self._commit(mine_p, data, mine_raw)
+                    except _Changed:
+                        continue
+                self._record(name, theirs_raw)
+                return Change(name, "reset", detail)
+        raise LessonError(f"{mine_p} kept changing (saved from JupyterLab?): save and close it, then reset again")
+
+    @staticmethod
+    def _is_course(raw: bytes, theirs: dict) -> bool:
+        try:
+            mine = json.loads(raw.decode("utf-8"))
+            return mine["cells"] == theirs["cells"]
+        except (ValueError, KeyError, TypeError):
+            return False
 
     def find(self, lesson: str) -> str:
         names = self.lessons()
         hits = [n for n in names if n == lesson or n.startswith(f"{lesson}_") or n == f"{lesson}.ipynb"]
         if len(hits) != 1:
-            raise SystemExit(
+            raise WorkspaceError(
                 f"no single lesson matches {lesson!r}: give its number (e.g. 03) or file name; "
                 f"the lessons are {', '.join(names)}"
             )
         return hits[0]
 
 
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?[])", r"[\1]", text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=WORKSPACE, help="the workspace folder (default: workspace/)")
+    parser.add_argument("--course", type=Path, default=NOTEBOOKS, help="the course's lessons (default: notebooks/)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync", help="copy new lessons and merge the course's changes into yours")
     sub.add_parser("status", help="which lessons you edited, and which the course changed since")
@@ -249,18 +723,33 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("lesson", help="its number (03) or file name")
     reset.add_argument("--discard", action="store_true", help="do not save your copy first")
     args = parser.parse_args(argv)
-    ws = Workspace(args.root)
-    if args.command == "sync":
-        changes = ws.sync()
-        for c in changes:
-            if c.action != "unchanged":
-                print(f"[workspace] {c}")
-        print(f"[workspace] {len(changes)} lessons in {ws.root}: open them there (your work stays yours on updates)")
-    elif args.command == "status":
-        for c in ws.status():
-            print(c)
-    else:
-        print(f"[workspace] {ws.reset(args.lesson, args.discard)}")
+    ws = Workspace(args.root, args.course)
+    try:
+        if args.command == "sync":
+            changes = ws.sync()
+            for c in changes:
+                if c.action != "unchanged":
+                    print(f"[workspace] {c}", file=sys.stderr if c.action == "left as it was" else sys.stdout)
+            left = [c for c in changes if c.action == "left as it was"]
+            print(
+                f"[workspace] {len(changes)} lessons in {ws.root}: open them there (your work stays yours on updates; "
+                f"copies saved before an update or reset are in {ws.saved})"
+                + (f"; {len(left)} left as they were (above)" if left else "")
+            )
+        elif args.command == "status":
+            for c in ws.status():
+                print(c)
+        else:
+            print(f"[workspace] {ws.reset(args.lesson, args.discard)}")
+    except (WorkspaceError, LessonError) as err:
+        print(f"[workspace] ERROR: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:
+        print(f"[workspace] ERROR: {err.filename or ws.root}: {err.strerror}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("[workspace] interrupted: each lesson is either updated or as it was; run sync again", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,0 +1,540 @@
+"""The learner's workspace under faults (utils/workspace.py): races with a save from JupyterLab, kills, Ctrl-C, two
+syncs at once, damaged copies and records, a full or read-only disk, a second sync. Each test names the trial of the
+fault report it reproduces (W05 ... W31); nothing a learner wrote may be lost, hidden or merged twice."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from utils import workspace
+from utils.paths import REPO_ROOT
+
+MINE = "K = 5  # MY VALUE"
+FIX = "K = 2_000_000  # COURSE FIX"
+
+
+def notebook(cells: list[tuple[str, str]], kind: str = "code") -> dict:
+    return {
+        "cells": [
+            {"cell_type": kind, "execution_count": None, "id": cid, "metadata": {}, "outputs": [], "source": src}
+            if kind == "code"
+            else {"cell_type": kind, "id": cid, "metadata": {}, "source": src}
+            for cid, src in cells
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+def write(path: Path, nb: dict) -> None:
+    """As JupyterLab's server saves a notebook: in place, indent 1, sorted keys."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def src(nb: dict, cid: str) -> str:
+    return next("".join(c["source"]) for c in nb["cells"] if c["id"] == cid)
+
+
+def all_text(path: Path) -> str:
+    return "\n".join("".join(c["source"]) for c in read(path)["cells"])
+
+
+def notes(path: Path) -> int:
+    return sum(workspace.UPDATE_NOTE in c.get("metadata", {}).get("tags", []) for c in read(path)["cells"])
+
+
+LESSONS = ["01_one.ipynb", "02_two.ipynb", "03_three.ipynb"]
+
+
+def course_v1(n_cells: int = 6) -> dict:
+    return notebook([(f"c{i}", f"x{i} = {i}") for i in range(n_cells)])
+
+
+@pytest.fixture
+def ws(tmp_path) -> workspace.Workspace:
+    """A course of three lessons, synced into a workspace."""
+    for name in LESSONS:
+        write(tmp_path / "notebooks" / name, course_v1())
+    w = workspace.Workspace(tmp_path / "workspace", tmp_path / "notebooks")
+    assert [c.action for c in w.sync()] == ["added"] * 3
+    return w
+
+
+def edit(path: Path, cid: str, text: str) -> None:
+    nb = read(path)
+    next(c for c in nb["cells"] if c["id"] == cid)["source"] = text
+    write(path, nb)
+
+
+def add_cell(path: Path, after: str, cid: str, text: str) -> None:
+    nb = read(path)
+    i = [c["id"] for c in nb["cells"]].index(after)
+    nb["cells"].insert(
+        i + 1, {"cell_type": "code", "execution_count": None, "id": cid, "metadata": {}, "outputs": [], "source": text}
+    )
+    write(path, nb)
+
+
+def edited_and_changed(w: workspace.Workspace, names=("01_one.ipynb",)) -> None:
+    """The learner edits cell c1 of each lesson; the course changes c1 (a conflict) and c3."""
+    for name in names:
+        edit(w.root / name, "c1", MINE)
+        edit(w.course / name, "c1", FIX)
+        edit(w.course / name, "c3", "x3 = 'course'")
+
+
+def everywhere(w: workspace.Workspace, text: str, name: str) -> bool:
+    """`text` in the learner's copy of `name` or in one of its saved copies."""
+    copies = [w.root / name, *w.saved.glob(Path(name).stem + ".*.ipynb")]
+    return any(text in p.read_text(encoding="utf-8") for p in copies if p.exists())
+
+
+def no_leftovers(w: workspace.Workspace) -> None:
+    assert not list(w.root.glob("*.partial")) and not list(w.base.glob("*.partial"))
+    assert not list(w.tmp.glob("*")) and not list(w.hold.glob("*"))
+    for p in w.saved.glob("*"):
+        read(p)  # every saved copy is a whole notebook
+
+
+# --- the breaks that lose or hide work ---------------------------------------------------------------------------
+
+
+def test_W19_two_resets_in_the_same_second_keep_the_learners_copy(ws, monkeypatch):
+    monkeypatch.setattr(workspace.time, "strftime", lambda fmt, *a: "20261128-163445")  # one second for every save
+    mine = ws.root / "01_one.ipynb"
+    edit(mine, "c1", MINE)
+    first, second = ws.reset("01"), ws.reset("01")
+    assert "saved as" in first.detail and second.detail == ""  # the second copy was the course's: nothing to save
+    assert everywhere(ws, MINE, "01_one.ipynb")
+    # two different copies saved in the same second: two files
+    edit(mine, "c1", "MY SECOND VALUE")
+    ws.reset("01")
+    assert everywhere(ws, MINE, "01_one.ipynb") and everywhere(ws, "MY SECOND VALUE", "01_one.ipynb")
+    assert len(list(ws.saved.glob("01_one.reset-*.ipynb"))) == 2
+
+
+def test_W11_a_rerun_in_the_same_second_keeps_the_earlier_saved_copy(ws, monkeypatch):
+    monkeypatch.setattr(workspace.time, "strftime", lambda fmt, *a: "20261128-163445")
+    mine = ws.root / "01_one.ipynb"
+    edit(mine, "c1", "FIRST")
+    ws.keep(mine.read_bytes(), "01_one.ipynb", "before-update")
+    edit(mine, "c1", "SECOND")
+    ws.keep(mine.read_bytes(), "01_one.ipynb", "before-update")
+    assert everywhere(ws, "FIRST", "01_one.ipynb") and everywhere(ws, "SECOND", "01_one.ipynb")
+    ws.keep(mine.read_bytes(), "01_one.ipynb", "before-update")  # the same bytes again: not saved twice
+    assert len(list(ws.saved.glob("*.ipynb"))) == 2
+
+
+def jupyter_save_in_place(path: Path, nb: dict) -> None:
+    """What Jupyter's server does on a save (jupyter_server.services.contents.fileio.atomic_writing): the file is
+    copied to `.~name`, written in place, and the copy removed."""
+    marker = path.with_name(".~" + path.name)
+    marker.write_bytes(path.read_bytes())
+    write(path, nb)
+    marker.unlink()
+
+
+def autosave_with_typed_cell(path: Path) -> None:
+    nb = read(path)
+    nb["cells"].append(
+        {
+            "cell_type": "code",
+            "execution_count": None,
+            "id": "typed1",
+            "metadata": {},
+            "outputs": [],
+            "source": "TYPED DURING SYNC",
+        }
+    )
+    jupyter_save_in_place(path, nb)
+
+
+def test_W14_an_autosave_between_syncs_read_and_its_write_is_merged(ws, monkeypatch):
+    edited_and_changed(ws)
+    mine = ws.root / "01_one.ipynb"
+    fired = []
+
+    def autosave(path: Path) -> None:
+        if path == mine and not fired:
+            fired.append(1)
+            autosave_with_typed_cell(path)
+
+    monkeypatch.setitem(workspace.HOOKS, "read", autosave)  # after sync read the copy, before it writes
+    changes = ws.sync()
+    assert fired and changes[0].action == "merged"
+    assert "TYPED DURING SYNC" in all_text(mine)  # in the working copy itself
+    assert src(read(mine), "c1") == MINE and FIX in all_text(mine) and notes(mine) == 1
+    assert [c.action for c in ws.sync()] == ["unchanged"] * 3
+    no_leftovers(ws)
+
+
+def test_W14_a_save_into_the_old_file_during_the_swap_is_kept(ws, monkeypatch):
+    """A save that opened the copy just before sync moved it aside, and writes after sync's check."""
+    edited_and_changed(ws)
+    mine = ws.root / "01_one.ipynb"
+    opened = {}
+
+    def open_for_save(path: Path) -> None:
+        if path == mine:
+            opened["f"] = open(path, "r+b")  # the writer's handle, used in the next hook
+
+    def write_late(path: Path) -> None:
+        if "f" in opened:
+            nb = read(ws.saved / next(p.name for p in ws.saved.glob("01_one.before-update-*")))
+            nb["cells"].append(
+                {"cell_type": "markdown", "id": "late1", "metadata": {}, "source": "WRITTEN DURING THE SWAP"}
+            )
+            f = opened.pop("f")
+            f.seek(0)
+            f.truncate()
+            f.write((json.dumps(nb, indent=1, sort_keys=True) + "\n").encode())
+            f.close()
+
+    monkeypatch.setitem(workspace.HOOKS, "before-commit", open_for_save)
+    monkeypatch.setitem(workspace.HOOKS, "after-commit", write_late)
+    change = ws.sync()[0]
+    assert "during the update is kept" in change.detail
+    assert everywhere(ws, "WRITTEN DURING THE SWAP", "01_one.ipynb")
+    assert FIX in all_text(mine)
+    no_leftovers(ws)
+
+
+def test_W14_a_save_that_replaces_the_file_during_the_swap_is_kept(ws, monkeypatch):
+    """An editor that saves by writing a new file and renaming it over the copy (not JupyterLab, but vim does)."""
+    edited_and_changed(ws)
+    mine = ws.root / "01_one.ipynb"
+    fired = []
+
+    def replace_file(path: Path) -> None:
+        if path == mine and not path.exists() and not fired:
+            fired.append(1)
+            nb = course_v1()
+            nb["cells"][1]["source"] = MINE
+            nb["cells"].append({"cell_type": "markdown", "id": "new1", "metadata": {}, "source": "SAVED BY RENAME"})
+            write(path, nb)
+
+    monkeypatch.setitem(workspace.HOOKS, "held", replace_file)  # the copy is moved aside: the path is free
+    ws.sync()
+    assert "SAVED BY RENAME" in all_text(mine) and FIX in all_text(mine) and notes(mine) == 1
+    no_leftovers(ws)
+
+
+def test_W14_autosaves_at_random_instants_are_never_lost(tmp_path):
+    """The bounded random loop: a save from JupyterLab at a random instant of a sync, 15 times."""
+    rng = random.Random(14)
+    for trial in range(15):
+        course, root = tmp_path / f"c{trial}", tmp_path / f"w{trial}"
+        for name in LESSONS:
+            write(course / name, course_v1(40))
+        w = workspace.Workspace(root, course)
+        w.sync()
+        edited_and_changed(w, LESSONS)
+        text = f"TYPED {trial}"
+        target = root / rng.choice(LESSONS)
+
+        delay = rng.uniform(0, 0.03)
+
+        def save_later(delay=delay, target=target, text=text):
+            time.sleep(delay)
+            nb = read(target)
+            nb["cells"].append({"cell_type": "markdown", "id": "typed1", "metadata": {}, "source": text})
+            jupyter_save_in_place(target, nb)
+
+        t = threading.Thread(target=save_later)
+        t.start()
+        w.sync()
+        t.join()
+        assert everywhere(w, text, target.name), f"trial {trial}: the save was lost"
+        w.sync()
+        for name in LESSONS:
+            assert everywhere(w, MINE, name) and FIX in all_text(root / name)
+        no_leftovers(w)
+
+
+def test_W09_two_cells_with_the_same_id_both_stay_in_the_working_copy(ws):
+    mine = ws.root / "01_one.ipynb"
+    nb = read(mine)
+    nb["cells"][1]["source"] = "MY WORK A"
+    twin = json.loads(json.dumps(nb["cells"][1]))
+    twin["source"] = "MY WORK B"
+    nb["cells"].insert(2, twin)
+    write(mine, nb)
+    edit(ws.course / "01_one.ipynb", "c3", "x3 = 'course'")
+    change = ws.sync()[0]
+    text = all_text(mine)
+    assert "MY WORK A" in text and "MY WORK B" in text and "x3 = 'course'" in text
+    assert "c1-2" in change.detail  # said so
+    order = [c["id"] for c in read(mine)["cells"]]
+    assert order.index("c1-2") == order.index("c1") + 1 and len(set(order)) == len(order)
+    assert [c.action for c in ws.sync()] == ["unchanged"] * 3
+
+
+def test_W21_without_its_records_a_copy_is_kept_and_nothing_is_hidden(ws):
+    import shutil
+
+    mine = ws.root / "01_one.ipynb"
+    edit(mine, "c1", MINE)
+    before = mine.read_bytes()
+    shutil.rmtree(ws.meta)
+    changes = ws.sync()
+    assert mine.read_bytes() == before  # untouched, in place
+    assert changes[0].action == "kept as it is" and "reset 01" in changes[0].detail
+    assert [c.action for c in changes[1:]] == ["unchanged", "unchanged"]
+    assert not ws.saved.exists() or not list(ws.saved.glob("*"))  # no needless saved copies
+    # from now on, the course's changes merge into it
+    edit(ws.course / "01_one.ipynb", "c3", "x3 = 'course'")
+    assert ws.sync()[0].action == "merged"
+    assert src(read(mine), "c1") == MINE and src(read(mine), "c3") == "x3 = 'course'"
+
+
+def test_W30_saved_copies_are_reachable_from_jupyterlab(ws):
+    """Jupyter's own contents manager, with its default settings (hidden files refused), as JupyterLab reads the
+    workspace: a saved copy opens, and it is listed."""
+    from jupyter_server.services.contents.filemanager import FileContentsManager
+    from tornado.web import HTTPError
+
+    edited_and_changed(ws)
+    ws.sync()
+    saved = next(ws.saved.glob("01_one.before-update-*.ipynb"))
+    cm = FileContentsManager(root_dir=str(ws.root.parent))
+    assert cm.allow_hidden is False
+    got = cm.get(f"workspace/saved/{saved.name}")
+    assert MINE in json.dumps(got["content"])
+    listing = [e["name"] for e in cm.get("workspace", content=True)["content"]]
+    assert "saved" in listing
+    with pytest.raises(HTTPError):  # what the earlier place, workspace/.course/saved/, gave
+        cm.get("workspace/.course/base/01_one.ipynb")
+
+
+def test_W30_saved_copies_of_an_earlier_version_move_to_the_visible_folder(ws):
+    old = ws.meta / "saved"
+    old.mkdir()
+    (old / "01_one.before-update-20261128-163445.ipynb").write_text(json.dumps(course_v1()))
+    ws.sync()
+    assert not list(old.glob("*")) and (ws.saved / "01_one.before-update-20261128-163445.ipynb").exists()
+
+
+def test_W31_overwrite_from_an_open_tab_after_a_sync_brings_the_course_change_again(ws):
+    mine = ws.root / "01_one.ipynb"
+    edit(mine, "c1", MINE)
+    on_screen = mine.read_bytes()  # what the open tab holds
+    edit(ws.course / "01_one.ipynb", "c3", "x3 = 'course'")
+    assert ws.sync()[0].action == "merged"
+    mine.write_bytes(on_screen)  # JupyterLab: "File Changed" -> Overwrite
+    status = str(ws.status()[0])
+    assert "saved over the course's last update" in status and "run sync" in status
+    assert ws.sync()[0].action == "merged"
+    assert src(read(mine), "c3") == "x3 = 'course'" and src(read(mine), "c1") == MINE
+
+
+@pytest.mark.parametrize(
+    ("trial", "damage", "says"),
+    [
+        ("W06", lambda raw: b"", "is empty"),
+        ("W05", lambda raw: raw[: len(raw) // 5], "is not a complete notebook"),
+        (
+            "W07",
+            lambda raw: json.dumps({"nbformat": 3, "worksheets": [{"cells": []}], "metadata": {}}).encode(),
+            "format 3",
+        ),
+        ("W28", lambda raw: b"\xef\xbb\xbf" + raw, "byte-order mark"),
+        (
+            "W08",
+            lambda raw: json.dumps(
+                {
+                    **json.loads(raw),
+                    "cells": [{k: v for k, v in c.items() if k != "id"} for c in json.loads(raw)["cells"]],
+                }
+            ).encode(),
+            "has no id",
+        ),
+    ],
+)
+def test_an_unreadable_copy_is_named_in_one_line_and_the_other_lessons_still_sync(ws, capsys, trial, damage, says):
+    mine = ws.root / "01_one.ipynb"
+    edit(ws.course / "01_one.ipynb", "c3", "x3 = 'course'")
+    edit(ws.course / "03_three.ipynb", "c3", "x3 = 'course'")
+    mine.write_bytes(damage(mine.read_bytes()))
+    before = mine.read_bytes()
+    for _ in range(3):  # retries add no saved copies
+        assert workspace.main(["--root", str(ws.root), "--course", str(ws.course), "sync"]) == 0
+    out = capsys.readouterr()
+    lines = [line for line in out.err.splitlines() if line]
+    assert len(lines) == 3 and all(says in line and str(mine) in line and "reset 01" in line for line in lines)
+    assert mine.read_bytes() == before
+    assert src(read(ws.root / "03_three.ipynb"), "c3") == "x3 = 'course'"  # a later lesson got its fix
+    assert not ws.saved.exists() or not list(ws.saved.glob("*"))
+    assert "cannot be read" in str(ws.status()[0])
+    no_leftovers(ws)
+
+
+def test_W22_a_damaged_record_counts_as_a_missing_one(ws):
+    mine = ws.root / "01_one.ipynb"
+    edit(mine, "c1", MINE)
+    nb = read(mine)
+    del nb["metadata"][workspace.META_KEY]  # a copy of the earlier version of this tool: only the record
+    write(mine, nb)
+    record = ws.base / "01_one.ipynb"
+    record.write_bytes(record.read_bytes()[:100])
+    assert "no record" in str(ws.status()[0])
+    change = ws.sync()[0]
+    assert change.action == "kept as it is" and src(read(mine), "c1") == MINE
+
+
+# --- interrupted and concurrent syncs ---------------------------------------------------------------------------
+
+
+def cli(w: workspace.Workspace, *args: str, env: dict | None = None, **kw) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "utils.workspace", "--root", str(w.root), "--course", str(w.course), *args]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def check_after_rerun(w: workspace.Workspace, names=LESSONS) -> None:
+    """After an interrupted sync and a rerun: each lesson merged exactly once, nothing lost or left."""
+    for name in names:
+        mine = w.root / name
+        assert notes(mine) == 1, f"{name}: {notes(mine)} 'Course update' notes"
+        assert src(read(mine), "c1") == MINE and all_text(mine).count(FIX) == 1
+        assert src(read(mine), "c3") == "x3 = 'course'"
+    assert {c.action for c in w.sync()} == {"unchanged"}
+    no_leftovers(w)
+
+
+@pytest.mark.parametrize("point", ["read", "before-commit", "held", "after-commit"])
+def test_W11_a_sync_killed_at_each_step_then_run_again_merges_once(ws, point):
+    edited_and_changed(ws, LESSONS)
+    p = cli(ws, "sync", env={"COURSE_WORKSPACE_KILL_AT": point})
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    assert (ws.root / "01_one.ipynb").exists() or point == "held"  # moved aside by the swap
+    assert workspace.main(["--root", str(ws.root), "--course", str(ws.course), "sync"]) == 0
+    check_after_rerun(ws)
+
+
+BIG = [f"{i:02d}_lesson.ipynb" for i in range(6)]
+
+
+def big_workspace(folder: Path) -> workspace.Workspace:
+    """Six lessons of 300 cells, synced, then each edited and changed: a sync that takes most of a second."""
+    for name in BIG:
+        write(folder / "notebooks" / name, course_v1(300))
+    w = workspace.Workspace(folder / "workspace", folder / "notebooks")
+    w.sync()
+    edited_and_changed(w, BIG)
+    return w
+
+
+def seconds(cmd) -> float:
+    start = time.monotonic()
+    subprocess.run(cmd, cwd=REPO_ROOT, check=True, capture_output=True, timeout=120)
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize(("trial", "sig"), [("W10", signal.SIGKILL), ("W27", signal.SIGINT)])
+def test_W10_W27_syncs_killed_or_interrupted_at_random_instants(tmp_path, trial, sig):
+    """The bounded random loop: 3 syncs stopped at a random instant of their work, each run again. The instants
+    are drawn between the interpreter's start-up and the end of a whole sync, both measured here first."""
+    rng = random.Random(10)
+    startup = seconds([sys.executable, "-c", "import utils.workspace"])
+    w = big_workspace(tmp_path / "calibrate")
+    whole = seconds([sys.executable, "-m", "utils.workspace", "--root", str(w.root), "--course", str(w.course), "sync"])
+    for k in range(3):
+        w = big_workspace(tmp_path / str(k))
+        p = cli(w, "sync")
+        time.sleep(rng.uniform(startup, whole))
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode in (0, 130, -sig), err
+        assert "Traceback" not in err
+        w.sync()
+        check_after_rerun(w, BIG)
+
+
+def test_W13_two_syncs_at_once_merge_once(tmp_path):
+    for k in range(2):
+        w = big_workspace(tmp_path / str(k))
+        a, b = cli(w, "sync"), cli(w, "sync")
+        outs = [a.communicate(timeout=120), b.communicate(timeout=120)]
+        assert a.returncode == 0 and b.returncode == 0, outs
+        assert "Traceback" not in outs[0][1] + outs[1][1]
+        check_after_rerun(w, BIG)
+
+
+# --- a disk that is full or read-only, a wrong --root -----------------------------------------------------------
+
+
+def test_W12_a_full_disk_leaves_nothing_cut_and_says_so_in_one_line(ws, monkeypatch, capsys):
+    edited_and_changed(ws)
+    mine = ws.root / "01_one.ipynb"
+    before = mine.read_bytes()
+    real_fsync = os.fsync
+    calls = {"n": 0}
+
+    def full(fd):
+        calls["n"] += 1
+        if calls["n"] >= 2:  # the first write goes through (the course version's record), then the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    monkeypatch.setattr(workspace.os, "fsync", full)
+    assert workspace.main(["--root", str(ws.root), "--course", str(ws.course), "sync"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(err) == 1 and "No space left on device" in err[0] and "01_one.ipynb" in err[0]
+    assert mine.read_bytes() == before
+    no_leftovers(ws)
+    monkeypatch.setattr(workspace.os, "fsync", real_fsync)
+    assert ws.sync()[0].action == "merged"
+    no_leftovers(ws)
+
+
+def test_W24_a_read_only_workspace_is_one_line(ws, monkeypatch, capsys):
+    real_open = os.open
+
+    def read_only(path, flags, *a, **kw):
+        if str(path).startswith(str(ws.root)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *a, **kw)
+
+    monkeypatch.setattr(workspace.os, "open", read_only)
+    assert workspace.main(["--root", str(ws.root), "--course", str(ws.course), "sync"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Read-only file system" in err[0] and ".course" in err[0]
+
+
+@pytest.mark.parametrize("root", ["README.md", "/proc/no-such-workspace"])
+def test_W26_a_wrong_root_is_one_line(root, capsys):
+    assert workspace.main(["--root", str(REPO_ROOT / root) if not root.startswith("/") else root, "sync"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[workspace] ERROR:")
+
+
+def test_W26_a_folder_without_lessons_is_one_line_and_makes_no_workspace(tmp_path, capsys):
+    assert workspace.main(["--root", str(tmp_path / "workspace"), "--course", str(tmp_path / "notebooks"), "sync"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no lessons in" in err[0]
+    assert not (tmp_path / "workspace").exists()
