@@ -28,14 +28,22 @@ env:
 	@bash tools/setup_env.sh
 
 # JupyterLab opens the learner's copies in workspace/ (ignored by git), so that `git pull` never meets a lesson
-# they ran or edited; utils/workspace.py merges the course's updates into those copies.
-lab: env
-	$(VENV)/bin/python -m utils.workspace sync
+# they ran or edited; utils/workspace.py merges the course's updates into those copies. A lesson that cannot be
+# synced is named and left as it is, and JupyterLab opens all the same. Where the environment cannot take the
+# course's new pins (no network) but the one there runs JupyterLab, JupyterLab opens on it, with a warning.
+lab:
+	@bash tools/setup_env.sh || { $(VENV)/bin/python -c 'import jupyterlab' 2>/dev/null \
+	  && echo "[lab] WARNING: the environment could not be updated (above): JupyterLab opens on the one you have; run make env again when the network (or a wheelhouse) is back" >&2; } || exit 1
+	$(VENV)/bin/python -m utils.workspace sync || echo "[lab] the lessons could not be synced (above): JupyterLab opens all the same" >&2
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) workspace/00_start_here.ipynb
 
+# The lessons are merged even where the environment cannot take the course's new pins (the old one still runs them).
 update:
-	git pull --ff-only
-	@if [ -x $(VENV)/bin/python ]; then $(MAKE) --no-print-directory env && $(VENV)/bin/python -m utils.workspace sync; \
+	@git pull --ff-only || { echo "[update] git pull stopped (above); your workspace/ is untouched. If you made commits of your own: git pull --rebase, then make update. If it names files in notebooks/ you changed: copy them into workspace/, then git checkout -- notebooks/ and make update." >&2; exit 1; }
+	@if [ -x $(VENV)/bin/python ]; then \
+	  env_ok=1; bash tools/setup_env.sh || env_ok=0; \
+	  $(VENV)/bin/python -m utils.workspace sync || exit 1; \
+	  if [ $$env_ok = 0 ]; then echo "[update] WARNING: your lessons are merged, but the environment could not take the course's new pins (above): make lab still opens JupyterLab on the environment you have; run make env when the network (or a wheelhouse) is back" >&2; exit 1; fi; \
 	  else echo "[update] no environment yet: make lab creates it and your workspace"; fi
 
 test: env

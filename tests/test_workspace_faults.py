@@ -538,3 +538,110 @@ def test_W26_a_folder_without_lessons_is_one_line_and_makes_no_workspace(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no lessons in" in err[0]
     assert not (tmp_path / "workspace").exists()
+
+
+def test_an_update_to_a_lesson_open_in_jupyterlab_says_what_to_do(ws, monkeypatch):
+    """The running server is asked for its sessions (one per open notebook), as JupyterLab's own REST API answers;
+    here a stand-in server answers with the lesson's path."""
+    import http.server
+
+    class Sessions(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            ok = self.path == "/api/sessions" and self.headers.get("Authorization") == "token secret"
+            body = json.dumps([{"path": "workspace/01_one.ipynb", "type": "notebook"}] if ok else []).encode()
+            self.send_response(200 if ok else 403)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Sessions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    info = {"url": f"http://127.0.0.1:{server.server_port}/", "token": "secret", "root_dir": str(ws.root.parent)}
+    monkeypatch.setattr(workspace, "running_jupyter_servers", lambda: [info])
+    try:
+        edited_and_changed(ws, ["01_one.ipynb", "02_two.ipynb"])
+        changes = ws.sync()
+    finally:
+        server.shutdown()
+    assert workspace.OPEN_ADVICE in changes[0].detail and "Overwrite" in changes[0].detail
+    assert workspace.OPEN_ADVICE not in changes[1].detail
+
+
+# --- make update and make lab (the Makefile's recipes, in a small clone of a course) ------------------------------
+
+
+def test_W29_make_update_merges_the_lessons_when_the_environment_cannot_be_updated(tmp_path):
+    """`make update` where the course's update brings a pin that cannot be installed (the set-up fails, as pip does
+    with no index): the lessons are merged all the same, it says so, and `make lab` still opens JupyterLab. The
+    course's Makefile and workspace code run for real; the set-up and JupyterLab are stand-ins."""
+    import shutil
+
+    up, me = tmp_path / "course", tmp_path / "learner"
+    (up / "utils").mkdir(parents=True)
+    (up / "tools").mkdir()
+    shutil.copy(REPO_ROOT / "Makefile", up / "Makefile")
+    for f in ("__init__.py", "paths.py", "workspace.py"):
+        shutil.copy(REPO_ROOT / "utils" / f, up / "utils" / f)
+    (up / ".gitignore").write_text(".venv/\nworkspace/\n__pycache__/\n")
+    (up / "tools" / "setup_env.sh").write_text(
+        '[ -f "$(dirname "$0")/../requirements.txt" ] || exit 0\n'
+        'echo "[setup] ERROR: pip could not install requirements.txt" >&2; exit 1\n'
+    )
+    write(up / "notebooks" / "00_start_here.ipynb", course_v1())
+    ident = ["-c", "user.email=c@example.invalid", "-c", "user.name=c"]
+
+    def git(cwd, *args):
+        done = subprocess.run(["git", *ident, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    git(up, "init", "-q", "-b", "main")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "v1")
+    git(tmp_path, "clone", "-q", str(up), str(me))
+    (me / ".venv" / "bin").mkdir(parents=True)
+    (me / ".venv" / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (me / ".venv" / "bin" / "jupyter").write_text('#!/bin/sh\necho "$@" > "$(dirname "$0")/../../lab-opened"\n')
+    for f in ("python", "jupyter"):
+        (me / ".venv" / "bin" / f).chmod(0o755)
+
+    def make(target):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MAKE", "MFLAGS"))}
+        return subprocess.run(
+            ["make", "--no-print-directory", target], cwd=me, capture_output=True, text=True, timeout=120, env=env
+        )
+
+    first = make("lab")
+    assert first.returncode == 0, first.stderr
+    assert (me / "lab-opened").exists() and (me / "workspace" / "00_start_here.ipynb").exists()
+    edit(me / "workspace" / "00_start_here.ipynb", "c1", MINE)
+    # the course's update: a lesson fix and a new pin
+    edit(up / "notebooks" / "00_start_here.ipynb", "c3", "x3 = 'course'")
+    (up / "requirements.txt").write_text("some-new-package==1.0\n")
+    git(up, "add", "-A")
+    git(up, "commit", "-qm", "v2")
+    (me / "lab-opened").unlink()
+
+    update = make("update")
+    assert update.returncode != 0
+    assert "your lessons are merged" in update.stderr and "make lab still opens JupyterLab" in update.stderr
+    mine = read(me / "workspace" / "00_start_here.ipynb")
+    assert src(mine, "c3") == "x3 = 'course'" and src(mine, "c1") == MINE
+    lab = make("lab")
+    assert lab.returncode == 0, lab.stderr
+    assert "JupyterLab opens on the one you have" in lab.stderr and (me / "lab-opened").exists()
+
+
+def test_running_jupyter_servers_are_read_from_jupyters_runtime_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for pid in (os.getpid(), int(dead.stdout)):
+        (tmp_path / f"jpserver-{pid}.json").write_text(
+            json.dumps({"pid": pid, "url": "http://127.0.0.1:1/", "token": "t"})
+        )
+    (tmp_path / "jpserver-9.json").write_text("{cut")
+    assert [s["pid"] for s in workspace.running_jupyter_servers()] == [os.getpid()]
+    assert workspace.open_in_jupyter(timeout=0.5) == set()  # nothing answers at that address: nothing is open

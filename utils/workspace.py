@@ -45,6 +45,7 @@ import re
 import signal
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,6 +68,12 @@ META_KEY = "course_workspace"
 LOCK_WAIT_S = 120.0
 #: How many times a lesson is merged again when its copy changes (a save from JupyterLab) during the merge.
 ATTEMPTS = 4
+#: What to do about a lesson that was open in JupyterLab while sync merged the course's change into its file.
+OPEN_ADVICE = (
+    "it is open in JupyterLab: when JupyterLab says the file changed on disk, choose Overwrite (what is on your "
+    "screen is kept), then run sync again to merge the course's change into it; or close the tab without saving "
+    "and open the file again"
+)
 #: Points where a test can act (HOOKS[point](path)) or, with COURSE_WORKSPACE_KILL_AT=point, the process is killed.
 HOOKS: dict[str, Callable[[Path], None]] = {}
 
@@ -591,7 +598,8 @@ class Workspace:
 
     def sync(self) -> list[Change]:
         names = self.lessons()
-        out = []
+        out: list[Change] = []
+        is_open: set[Path] | None = None  # asked once, at the first lesson that changes
         with self.locked():
             for name in names:
                 self.late = []
@@ -610,6 +618,11 @@ class Workspace:
                     change.detail += "; a save made during the update is kept as " + ", ".join(
                         str(p.relative_to(self.root)) for p in self.late
                     )
+                if change.action in ("updated", "merged"):
+                    if is_open is None:
+                        is_open = open_in_jupyter()
+                    if (self.root / name).resolve() in is_open:
+                        change.detail += ("; " if change.detail else "") + OPEN_ADVICE
                 out.append(change)
         return out
 
@@ -706,6 +719,48 @@ class Workspace:
                 f"the lessons are {', '.join(names)}"
             )
         return hits[0]
+
+
+def running_jupyter_servers() -> list[dict]:
+    """The Jupyter servers of this user that run now: their `jpserver-<pid>.json` files in Jupyter's runtime folder
+    (what `jupyter_server.serverapp.list_running_servers` reads, without its 10-second import)."""
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        folder = Path(jupyter_runtime_dir())
+    except ImportError:
+        return []
+    servers = []
+    for f in sorted(folder.glob("jpserver-*.json")) if folder.is_dir() else []:
+        try:
+            info = json.loads(f.read_text(encoding="utf-8"))
+            os.kill(int(info["pid"]), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        servers.append(info)
+    return servers
+
+
+def open_in_jupyter(timeout: float = 1.0) -> set[Path]:
+    """The notebooks that running Jupyter servers of this user have a session (a kernel) for, as resolved paths:
+    JupyterLab starts one for each notebook tab it opens (its REST API: GET /api/sessions)."""
+    found: set[Path] = set()
+    for info in running_jupyter_servers():
+        root = Path(info.get("root_dir") or info.get("notebook_dir") or ".")
+        request = urllib.request.Request(
+            str(info.get("url", "")).rstrip("/") + "/api/sessions",
+            headers={"Authorization": f"token {info.get('token', '')}"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                sessions = json.load(answer)
+        except (OSError, ValueError):
+            continue
+        for session in sessions if isinstance(sessions, list) else []:
+            path = session.get("path") if isinstance(session, dict) else None
+            if isinstance(path, str):
+                found.add((root / path).resolve())
+    return found
 
 
 def glob_escape(text: str) -> str:
