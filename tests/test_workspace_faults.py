@@ -109,7 +109,7 @@ def everywhere(w: workspace.Workspace, text: str, name: str) -> bool:
 def no_leftovers(w: workspace.Workspace) -> None:
     assert not list(w.root.glob("*.partial")) and not list(w.base.glob("*.partial"))
     assert not list(w.tmp.glob("*")) and not list(w.hold.glob("*"))
-    for p in w.saved.glob("*"):
+    for p in w.saved.glob("*.ipynb"):
         read(p)  # every saved copy is a whole notebook
 
 
@@ -645,3 +645,45 @@ def test_running_jupyter_servers_are_read_from_jupyters_runtime_folder(tmp_path,
     (tmp_path / "jpserver-9.json").write_text("{cut")
     assert [s["pid"] for s in workspace.running_jupyter_servers()] == [os.getpid()]
     assert workspace.open_in_jupyter(timeout=0.5) == set()  # nothing answers at that address: nothing is open
+
+
+# --- exercise files in the workspace ------------------------------------------------------------------------------
+
+TODO_V1 = '"""An exercise."""\n\nimport os\n\nworkers = None  # TODO 1: how many workers\nprint(workers)\n'
+
+
+def test_exercise_files_are_copied_into_the_workspace_and_merged_line_by_line(tmp_path):
+    course, ex = tmp_path / "notebooks", tmp_path / "exercises"
+    write(course / "01_one.ipynb", course_v1())
+    ex.mkdir()
+    (ex / "mwms_todo.py").write_text(TODO_V1)
+    (ex / "mwms_solution.py").write_text("workers = 2\n")  # not an exercise file: not copied
+    w = workspace.Workspace(tmp_path / "workspace", course, ex)
+    assert [str(c) for c in w.sync()] == ["01_one.ipynb: added", "exercises/mwms_todo.py: added"]
+    mine = w.root / "exercises" / "mwms_todo.py"
+    assert mine.read_text() == TODO_V1 and not (w.root / "exercises" / "mwms_solution.py").exists()
+    mine.write_text(TODO_V1.replace("workers = None", "workers = 2"))
+    # the course fixes the docstring: merged into the learner's answer
+    (ex / "mwms_todo.py").write_text(TODO_V1.replace("An exercise.", "An exercise (fixed)."))
+    change = w.sync()[1]
+    assert change.action == "merged" and "before the update" in change.detail
+    assert mine.read_text() == TODO_V1.replace("An exercise.", "An exercise (fixed).").replace(
+        "workers = None", "workers = 2"
+    )
+    assert w.sync()[1].action == "unchanged"
+    # the course changes the very line the learner answered: the learner's copy stays, and the message says where
+    (ex / "mwms_todo.py").write_text(
+        (ex / "mwms_todo.py").read_text().replace("# TODO 1: how many workers", "# TODO 1: the number of workers")
+    )
+    before = mine.read_bytes()
+    change = w.sync()[1]
+    assert change.action == "kept as it is" and str(ex / "mwms_todo.py") in change.detail
+    assert mine.read_bytes() == before and w.sync()[1].action == "unchanged"
+    no_leftovers(w)
+
+
+def test_the_command_line_copies_the_courses_exercise_files(tmp_path):
+    root = tmp_path / "workspace"
+    assert workspace.main(["--root", str(root), "sync"]) == 0
+    names = sorted(p.name for p in (root / "exercises").glob("*.py"))
+    assert names == sorted(p.name for p in workspace.EXERCISES.glob("*_todo.py")) and names

@@ -30,6 +30,10 @@ Nothing the learner wrote is lost, as a database keeps a committed row:
   run removes those an interrupted one left.
 - A copy that cannot be read (empty, cut short, nbformat 3, a byte-order mark) or written (disk full, read-only)
   is left as it is, with one line that names it and says what to do; the other lessons still sync.
+
+The exercise files that lessons ask the learner to edit (scripts/exercises/*_todo.py) are copied into
+`workspace/exercises/` the same way and merged line by line (`git merge-file`); where the course changed lines the
+learner had edited, the learner's copy stays as it is and sync names the course's new version.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
@@ -64,6 +69,9 @@ WORKSPACE = REPO_ROOT / "workspace"
 UPDATE_NOTE = "course-update"
 #: The notebook metadata key in a learner's copy that names the course version it was last merged with.
 META_KEY = "course_workspace"
+#: The course's exercise files, which lessons ask the learner to edit: copied into workspace/exercises/.
+EXERCISES = REPO_ROOT / "scripts" / "exercises"
+EXERCISE_GLOB = "*_todo.py"
 #: How long a sync waits for another one in the same workspace before it gives up.
 LOCK_WAIT_S = 120.0
 #: How many times a lesson is merged again when its copy changes (a save from JupyterLab) during the merge.
@@ -273,8 +281,11 @@ def _mark(nb: dict, base_id: str) -> dict:
 class Workspace:
     """The lessons of `course` (the course's folder) as the learner's copies in `root`."""
 
-    def __init__(self, root: Path = WORKSPACE, course: Path = NOTEBOOKS):
+    def __init__(self, root: Path = WORKSPACE, course: Path = NOTEBOOKS, exercises: Path | None = None):
         self.root, self.course = Path(root), Path(course)
+        # the exercise files a lesson asks the learner to edit (scripts/exercises/*_todo.py), copied into
+        # workspace/exercises/ and merged like the lessons, so that an exercise never edits a file git tracks
+        self.exercises = Path(exercises) if exercises else None
         self.meta = self.root / ".course"
         self.base = self.meta / "base"  # per lesson: the course version its copy was last merged with
         self.bases = self.meta / "bases"  # every such version, by the hash its copies' mark names
@@ -338,11 +349,11 @@ class Workspace:
             os.rename(tmp, dest)
 
     def keep(self, data: bytes, name: str, why: str) -> Path:
-        """Saves `data` (a copy of lesson `name`) in workspace/saved/ under a name no other save takes; a copy
-        identical to one already saved there is not saved again (that one is returned)."""
-        stem = Path(name).stem
+        """Saves `data` (a copy of lesson or exercise file `name`) in workspace/saved/ under a name no other save
+        takes; a copy identical to one already saved there is not saved again (that one is returned)."""
+        stem, suffix = Path(name).stem, Path(name).suffix
         self.saved.mkdir(parents=True, exist_ok=True)
-        for p in sorted(self.saved.glob(f"{glob_escape(stem)}.*.ipynb")):
+        for p in sorted(self.saved.glob(f"{glob_escape(stem)}.*{suffix}")):
             try:
                 if p.stat().st_size == len(data) and p.read_bytes() == data:
                     return p
@@ -352,7 +363,7 @@ class Workspace:
         tmp = self._tmp_file(data)
         try:
             for n in itertools.count(1):
-                dest = self.saved / f"{stem}.{why}-{stamp}{'' if n == 1 else f'-{n}'}.ipynb"
+                dest = self.saved / f"{stem}.{why}-{stamp}{'' if n == 1 else f'-{n}'}{suffix}"
                 try:
                     self._link_new(tmp, dest)
                     return dest
@@ -377,7 +388,8 @@ class Workspace:
         a kill leaves it in .course/hold/, from where the next run puts it back."""
         tmp = self._tmp_file(data)
         self.hold.mkdir(parents=True, exist_ok=True)
-        held = self.hold / f"{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        rel = path.relative_to(self.root).as_posix().replace("/", "%")
+        held = self.hold / f"{rel}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             _hook("before-commit", path)
             self._settle(path)
@@ -468,13 +480,13 @@ class Workspace:
         """What an interrupted run left: copies moved aside go back (or, where a new one is there, into
         saved/), temporary files go, and saved copies from before saved/ existed move there."""
         for held in sorted(self.hold.glob("*")) if self.hold.is_dir() else []:
-            name = held.name.rsplit(".", 1)[0]
+            name = held.name.rsplit(".", 1)[0].replace("%", "/")
             path = self.root / name
             if not os.path.lexists(path):
                 os.rename(held, path)
             else:
                 if path.read_bytes() != held.read_bytes():
-                    self.keep(held.read_bytes(), name, "interrupted-update")
+                    self.keep(held.read_bytes(), Path(name).name, "interrupted-update")
                 held.unlink()
         for tmp in self.tmp.glob("*") if self.tmp.is_dir() else []:
             tmp.unlink(missing_ok=True)
@@ -624,7 +636,88 @@ class Workspace:
                     if (self.root / name).resolve() in is_open:
                         change.detail += ("; " if change.detail else "") + OPEN_ADVICE
                 out.append(change)
+            for name in self.exercise_files():
+                self.late = []
+                label = f"exercises/{name}"
+                try:
+                    change = self.sync_exercise(name)
+                except OSError as err:
+                    change = Change(
+                        label,
+                        "left as it was",
+                        f"{self.root / label} could not be updated ({err.strerror}: {err.filename}): free some space "
+                        "or make the folder writable, then run sync again; your copy is unchanged",
+                    )
+                if self.late:
+                    change.detail += "; a save made during the update is kept as " + ", ".join(
+                        str(p.relative_to(self.root)) for p in self.late
+                    )
+                out.append(change)
         return out
+
+    # --- exercise files (text, merged line by line) ---------------------------------------------------------------
+
+    def exercise_files(self) -> list[str]:
+        if self.exercises is None or not self.exercises.is_dir():
+            return []
+        return sorted(p.name for p in self.exercises.glob(EXERCISE_GLOB))
+
+    def _merge_text(self, base: bytes, mine: bytes, theirs: bytes) -> bytes | None:
+        """A three-way merge of text, line by line (`git merge-file`); None where both changed the same lines."""
+        files = [self._tmp_file(data) for data in (mine, base, theirs)]
+        try:
+            done = subprocess.run(
+                ["git", "merge-file", "-p", "--quiet", *map(str, files)], capture_output=True, timeout=60, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        finally:
+            for f in files:
+                f.unlink(missing_ok=True)
+        return done.stdout if done.returncode == 0 else None
+
+    def sync_exercise(self, name: str) -> Change:
+        label = f"exercises/{name}"
+        course_p, mine_p, record = self.exercises / name, self.root / "exercises" / name, self.base / "exercises" / name
+        theirs = course_p.read_bytes()
+        for _ in range(ATTEMPTS):
+            if not os.path.lexists(mine_p):
+                mine_p.parent.mkdir(parents=True, exist_ok=True)
+                if self._create(mine_p, theirs):
+                    self._put(theirs, record)
+                    return Change(label, "added")
+                continue
+            mine = mine_p.read_bytes()
+            try:
+                base = record.read_bytes()
+            except OSError:
+                base = None
+            if base is None:  # no record: the copy stays as it is, and the course's version is the new base
+                self._put(theirs, record)
+                return Change(label, "unchanged" if mine == theirs else "kept as it is")
+            if theirs == base:
+                return Change(label, "unchanged")
+            if mine == base:
+                new, action, detail = theirs, "updated", ""
+            else:
+                saved = self.keep(mine, name, "before-update")
+                new = self._merge_text(base, mine, theirs)
+                if new is None:  # both changed the same lines: the copy stays the learner's
+                    self._put(theirs, record)
+                    return Change(
+                        label,
+                        "kept as it is",
+                        f"the course changed lines you had edited: its new version is {course_p} (compare, and copy "
+                        f"what you need); your copy is also saved as {saved.relative_to(self.root)}",
+                    )
+                action, detail = "merged", f"your copy before the update: {saved.relative_to(self.root)}"
+            try:
+                self._commit(mine_p, new, mine)
+            except _Changed:
+                continue
+            self._put(theirs, record)
+            return Change(label, action, detail)
+        raise LessonError(f"{mine_p} kept changing while it was being updated: save and close it, then run sync again")
 
     # --- status and reset -----------------------------------------------------------------------------------------
 
@@ -665,6 +758,16 @@ class Workspace:
                         "then 'Overwrite'?): run sync again to bring the course's change"
                     )
             out.append(Change(name, "edited" if edited else "as the course", detail))
+        for name in self.exercise_files():
+            label, mine_p = f"exercises/{name}", self.root / "exercises" / name
+            try:
+                mine, theirs = mine_p.read_bytes(), (self.exercises / name).read_bytes()
+                base = (self.base / "exercises" / name).read_bytes()
+            except OSError:
+                out.append(Change(label, "not copied yet", "run sync"))
+                continue
+            detail = "the course has changed it since: run sync" if theirs != base else ""
+            out.append(Change(label, "edited" if mine != base else "as the course", detail))
         lessons = set(self.lessons())
         for p in sorted(self.root.glob("*.ipynb")) if self.root.is_dir() else []:
             if p.name not in lessons:
@@ -771,6 +874,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=WORKSPACE, help="the workspace folder (default: workspace/)")
     parser.add_argument("--course", type=Path, default=NOTEBOOKS, help="the course's lessons (default: notebooks/)")
+    parser.add_argument(
+        "--exercises",
+        type=Path,
+        default=None,
+        help="the course's exercise files (default: scripts/exercises/ with the default --course, else none)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("sync", help="copy new lessons and merge the course's changes into yours")
     sub.add_parser("status", help="which lessons you edited, and which the course changed since")
@@ -778,7 +887,8 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("lesson", help="its number (03) or file name")
     reset.add_argument("--discard", action="store_true", help="do not save your copy first")
     args = parser.parse_args(argv)
-    ws = Workspace(args.root, args.course)
+    exercises = args.exercises or (EXERCISES if args.course == NOTEBOOKS else None)
+    ws = Workspace(args.root, args.course, exercises)
     try:
         if args.command == "sync":
             changes = ws.sync()
@@ -787,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[workspace] {c}", file=sys.stderr if c.action == "left as it was" else sys.stdout)
             left = [c for c in changes if c.action == "left as it was"]
             print(
-                f"[workspace] {len(changes)} lessons in {ws.root}: open them there (your work stays yours on updates; "
+                f"[workspace] {sum(c.lesson.endswith('.ipynb') for c in changes)} lessons in {ws.root}: open them there (your work stays yours on updates; "
                 f"copies saved before an update or reset are in {ws.saved})"
                 + (f"; {len(left)} left as they were (above)" if left else "")
             )
