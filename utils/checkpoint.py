@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,6 +102,25 @@ def _named(folder: Path) -> tuple[int, str] | None:
         return None
 
 
+def _scratch_folders() -> set[Path]:
+    """The `tmp*` folders in the temporary folder now (Keras's saving makes one per save)."""
+    try:
+        return set(Path(tempfile.gettempdir()).glob("tmp*"))
+    except OSError:
+        return set()
+
+
+def _remove_new_scratch(before: set[Path]) -> None:
+    """Removes the `tmp*` folders a failed save left in the temporary folder (Keras's, holding only an empty
+    `assets` folder when the disk was full): those that were not there before it and hold no file."""
+    for folder in _scratch_folders() - before:
+        try:
+            if folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
@@ -139,7 +159,15 @@ class EpochCheckpoint(keras.callbacks.Callback):
         self.folder, self.write = Path(folder), write
         self.history = list(history or [])
         if write:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            try:
+                self.folder.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as err:
+                _hook_one_line()
+                raise CheckpointError(
+                    errno.ENOTDIR,
+                    f"cannot keep checkpoints in {self.folder}: it, or a folder above it, is a file ({err.strerror}); "
+                    "give a folder (a new one is made)",
+                ) from None
 
     def on_epoch_end(self, epoch, logs=None):
         self.history.append({"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()}})
@@ -147,6 +175,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             return
         name = f"epoch-{epoch + 1:04d}.keras"
         partial = self.folder / (name + ".tmp.keras")
+        scratch = _scratch_folders()
         try:
             self.model.save(partial)
             os.replace(partial, self.folder / name)
@@ -158,6 +187,7 @@ class EpochCheckpoint(keras.callbacks.Callback):
             (self.folder / (STATE + ".tmp")).unlink(missing_ok=True)
             if previous is None or previous[1] != name:  # this epoch's model file, complete but named by no state
                 (self.folder / name).unlink(missing_ok=True)
+            _remove_new_scratch(scratch)
             if not isinstance(err, OSError):
                 raise
             _hook_one_line()

@@ -53,7 +53,12 @@ def pytest_configure(config) -> None:
     if not config.getoption("nbmake", default=False):
         return
     config.addinivalue_line("markers", "alone: a lesson that measures times, run with nothing beside it")
-    from nbmake import pytest_items
+    try:
+        _mode()
+    except ValueError as err:  # an unknown COURSE_SMOKE value: one line, not pytest's internal error
+        raise pytest.UsageError(str(err)) from None
+    import nbformat
+    from nbmake import nb_result, pytest_items
 
     from utils import execution
 
@@ -67,6 +72,11 @@ def pytest_configure(config) -> None:
             self.filename, self.timeout, self.kernel = Path(filename), default_timeout, kernel or "python3"
 
         def execute(self):
+            unreadable = _unreadable(self.filename)
+            if unreadable:  # one line, not nbmake's internal error with pluggy's traceback
+                return nb_result.NotebookResult(
+                    nbformat.v4.new_notebook(), nb_result.NotebookError(unreadable, unreadable, 0)
+                )
             result, _ = execution.run(
                 self.filename, _mode(), cell_timeout=self.timeout, kernel=self.kernel, folder=folder, shared=shared
             )
@@ -74,6 +84,24 @@ def pytest_configure(config) -> None:
 
     setattr(pytest_items, _ORIGINAL_RUN, pytest_items.NotebookRun)
     pytest_items.NotebookRun = CourseNotebookRun
+
+
+def _unreadable(path: Path) -> str:
+    """Why `path` is not a notebook nbformat can run ('' when it is one), in one line."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except (OSError, UnicodeDecodeError) as err:
+        return f"{path}: cannot be read ({err})"
+    except Exception as err:  # nbformat raises NotJSONError, ValidationError, KeyError and others
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return (
+            f"{path} is not a valid notebook ({first[:200]}): restore it (a lesson: git checkout -- <file>; a copy "
+            "in workspace/: python -m utils.workspace reset <its number>)"
+        )
+    return ""
 
 
 def pytest_unconfigure(config) -> None:

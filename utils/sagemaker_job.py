@@ -381,6 +381,9 @@ _OFFLINE_ENV = {
     "SAGEMAKER_VALIDATE_ROLE": "false",  # no iam:SimulatePrincipalPolicy (moto lacks it; a full role ARN is given)
     # moto answers calls to AWS's own endpoints: an endpoint set by AWS_ENDPOINT_URL* or a profile would escape it
     "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "true",
+    # nor are the learner's ~/.aws files read (one that does not parse would stop the rehearsal)
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
 
 
@@ -788,8 +791,8 @@ def role_arn_problem(arn: str) -> str | None:
     kind, slash, rest = resource.partition("/")
     if kind != "role" or not slash:
         return f"it names {resource.split('/')[0]!r}, not a role: a job runs as an execution role, never as a user"
-    path, _, name = rest.rpartition("/")
-    path = f"/{path}/" if path else "/"
+    path, slash, name = rest.rpartition("/")
+    path = f"/{path}/" if slash else "/"  # role//R has the path "//", which no role has
     if len(name) > 64:
         return f"its role name is {len(name)} characters long: IAM allows at most 64"
     if not _ROLE_NAME.fullmatch(name):

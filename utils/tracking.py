@@ -81,6 +81,18 @@ class DamagedStore(RuntimeError):
         )
 
 
+class NotAStore(DamagedStore):
+    """A folder (or other non-file) where the tracking store's file should be: which path, what to do."""
+
+    def __init__(self, store: str | Path):
+        self.store, self.what = Path(store).absolute(), "not a file"
+        RuntimeError.__init__(
+            self,
+            f"the tracking store {self.store} is a folder, not a store file: give the path of a file (a new one is "
+            "made there), or move that folder away",
+        )
+
+
 def _check_store(store: str | Path) -> None:
     """Raise DamagedStore where the file at `store` is empty or SQLite cannot read it whole (SQLite's quick_check);
     no file is no fault (a new store). Other troubles (a store busy, a folder that cannot be read) are left to
@@ -88,6 +100,8 @@ def _check_store(store: str | Path) -> None:
     import sqlite3
 
     store = Path(store)
+    if store.exists() and not store.is_file():  # SQLite cannot open it, and MLflow retries for about 100 s first
+        raise NotAStore(store)
     try:
         if store.stat().st_size == 0:  # what SQLite (and so MLflow) would silently take for a new, empty store
             raise DamagedStore(store, "its file is empty: 0 bytes")
