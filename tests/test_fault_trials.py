@@ -7,9 +7,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -122,3 +124,46 @@ def test_C02_a_save_that_fails_on_a_full_disk_leaves_no_keras_scratch_folder(tmp
     with pytest.raises(checkpoint.CheckpointError):
         net.fit(x, x[:, :2], epochs=1, verbose=0, callbacks=[checkpoint.EpochCheckpoint(tmp_path / "ck")])
     assert list(scratch.iterdir()) == []
+
+
+# --- nvidia-smi that hangs, ignores SIGTERM, leaves a child holding its output, or prints garbage (S02-S04) -------
+
+
+def smi(monkeypatch, tmp_path, body: str) -> None:
+    from conftest import path_with_nvidia_smi
+
+    monkeypatch.setenv("PATH", path_with_nvidia_smi(tmp_path / "bin", body))
+
+
+def test_S02_an_nvidia_smi_that_ignores_sigterm_is_stopped_with_a_reason(monkeypatch, tmp_path):
+    from utils import envinfo
+
+    smi(monkeypatch, tmp_path, 'trap "" TERM; sleep 600')
+    start = time.monotonic()
+    assert envinfo.nvidia_gpus(timeout=1) == ([], "nvidia-smi failed (no answer in 1 s)")
+    assert time.monotonic() - start < 10
+
+
+def test_S03_a_child_holding_nvidia_smis_output_does_not_hold_the_answer(monkeypatch, tmp_path):
+    from utils import envinfo
+
+    pidfile = tmp_path / "child.pid"
+    smi(monkeypatch, tmp_path, f"setsid sh -c 'echo $$ > {pidfile}; exec sleep 60' & sleep 600")
+    start = time.monotonic()
+    try:
+        assert envinfo.nvidia_gpus(timeout=1)[1] == "nvidia-smi failed (no answer in 1 s)"
+        assert time.monotonic() - start < 10  # not the child's 60 s
+    finally:
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+
+
+def test_S04_what_nvidia_smi_prints_is_quoted_as_one_readable_line(monkeypatch, tmp_path):
+    from utils import envinfo
+
+    smi(monkeypatch, tmp_path, r"printf '\033[2J\033[31mfail\033[0med\a here\000 \377\376\n'; exit 3")
+    found, why = envinfo.nvidia_gpus(timeout=10)
+    assert found == [] and why.startswith("nvidia-smi failed (exit 3: failed here")
+    assert why.isprintable(), repr(why)
+    smi(monkeypatch, tmp_path, "exit 0")
+    assert envinfo.nvidia_gpus(timeout=10) == ([], "nvidia-smi lists no GPU (exit 0: no output)")

@@ -45,3 +45,44 @@ def test_a_run_inside_another_keeps_the_outer_folder(tmp_path):
     env = {**os.environ, "COURSE_RUN_TMPDIR": str(outer), "TMPDIR": str(outer)}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == str(outer) and outer.is_dir()
+
+
+def test_G02_another_programs_file_made_during_the_run_is_named_not_failed(tmp_path):
+    """A program outside the run (started without the run's COURSE_RUN_TMPDIR) binds a socket in the system's
+    temporary folder while the run goes on: the run passes and names it; a file the run leaves still fails it."""
+    side = tmp_path / "side"
+    side.mkdir()
+    system = tmp_path / "system"
+    system.mkdir()
+    serve = (
+        f"import os, socket, time; s = socket.socket(socket.AF_UNIX); s.bind({str(system / 'other.sock')!r}); "
+        f"open({str(side / 'pid')!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    body = (
+        f'env -u COURSE_RUN_TMPDIR -u TMPDIR python3 -c "{serve}" >/dev/null 2>&1 &\n'
+        f'while [ ! -s "{side / "pid"}" ]; do sleep 0.05; done'
+    )
+    try:
+        done = run(system, body)
+        left = run(system, f'touch "{system}/stray"')
+    finally:
+        if (side / "pid").exists():
+            os.kill(int((side / "pid").read_text()), 9)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "another program made these" in done.stdout and "  other.sock" in done.stdout
+    assert left.returncode == 1 and "  stray" in left.stderr
+
+
+def test_G03_a_killed_runs_folder_is_removed_by_the_next_run(tmp_path):
+    dead = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True).stdout.strip()
+    killed = tmp_path / "course-run.killed"
+    killed.mkdir()
+    (killed / ".owner").write_text(dead + "\n")
+    (killed / "__autograph_generated_file9.py").write_text("x")
+    running = tmp_path / "course-run.running"
+    running.mkdir()
+    (running / ".owner").write_text(f"{os.getpid()}\n")  # a run that still goes on: left alone
+    done = run(tmp_path, "true")
+    assert done.returncode == 0, done.stderr
+    assert f"removed {killed}, left by a run that was killed" in done.stdout
+    assert not killed.exists() and running.exists()

@@ -184,29 +184,51 @@ def tensorflow_build() -> str | None:
     return next((name for name in ("tensorflow-cpu", "tensorflow", "tensorflow-macos") if package_version(name)), None)
 
 
+def _readable(raw: bytes, limit: int = 200) -> str:
+    """Program output as one line a terminal shows as it is: escape sequences, control characters, NULs and invalid
+    UTF-8 removed or replaced, at most `limit` characters."""
+    text = re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07?|.)", "", raw.decode("utf-8", errors="replace"))
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def nvidia_gpus(timeout: float = 20) -> tuple[list[str], str]:
     """The NVIDIA GPUs that `nvidia-smi -L` lists (their names), and why none is listed ('' when one is): the same
-    test as the set-up's (tools/portable.sh, nvidia_gpus), which chose the TensorFlow build from it."""
+    test as the set-up's (tools/portable.sh, nvidia_gpus), which chose the TensorFlow build from it. Bounded at
+    `timeout` s even where nvidia-smi ignores SIGTERM or leaves a child holding its output (it writes to a file,
+    not a pipe, and its process group is killed); what it said is quoted as one readable line."""
     import shutil
+    import signal
+    import tempfile
 
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return [], "no nvidia-smi"
-    try:
-        done = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return [], f"nvidia-smi failed (no answer in {timeout:g} s)"
-    except OSError as exc:
-        return [], f"nvidia-smi failed ({exc})"
-    text = done.stdout + done.stderr
-    names = [
-        re.sub(r" \(UUID:.*", "", line.split(": ", 1)[-1]) for line in text.splitlines() if line.startswith("GPU ")
-    ]
-    if done.returncode == 0 and names:
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(
+                [smi, "-L"], stdout=out, stderr=out, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        except OSError as exc:
+            return [], f"nvidia-smi failed ({exc})"
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+            proc.wait()
+            return [], f"nvidia-smi failed (no answer in {timeout:g} s)"
+        out.seek(0)
+        raw = out.read(1 << 20)
+    lines = [_readable(line) for line in raw.splitlines()]
+    names = [re.sub(r" \(UUID:.*", "", line.split(": ", 1)[-1]) for line in lines if line.startswith("GPU ")]
+    if code == 0 and names:
         return names, ""
-    said = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    verb = "lists no GPU" if done.returncode == 0 else "failed"
-    return [], f"nvidia-smi {verb} (exit {done.returncode}: {said})"
+    said = next((line for line in lines if line), "") or "no output"
+    verb = "lists no GPU" if code == 0 else "failed"
+    return [], f"nvidia-smi {verb} (exit {code}: {said})"
 
 
 def gpu_report(tf_gpus: list[str] | None = None) -> str:
