@@ -687,3 +687,14 @@ def test_the_command_line_copies_the_courses_exercise_files(tmp_path):
     assert workspace.main(["--root", str(root), "sync"]) == 0
     names = sorted(p.name for p in (root / "exercises").glob("*.py"))
     assert names == sorted(p.name for p in workspace.EXERCISES.glob("*_todo.py")) and names
+
+
+def test_W02_a_course_change_to_a_cell_the_learner_deleted_is_mentioned(ws):
+    mine = ws.root / "01_one.ipynb"
+    nb = read(mine)
+    nb["cells"] = [c for c in nb["cells"] if c["id"] != "c2"]
+    write(mine, nb)
+    edit(ws.course / "01_one.ipynb", "c2", "x2 = 'course'")
+    change = ws.sync()[0]
+    assert change.action == "merged" and "changed 1 cell(s) you had deleted" in change.detail
+    assert "c2" not in [c["id"] for c in read(mine)["cells"]]

@@ -272,6 +272,13 @@ def merge(base: dict, mine: dict, theirs: dict, where: Path = Path("lesson")) ->
     return merged, both
 
 
+def deleted_but_changed(base: dict, mine: dict, theirs: dict) -> int:
+    """How many cells the learner deleted that the course has since changed (they stay deleted)."""
+    m = {c.get("id") for c in mine["cells"]}
+    b = {c.get("id"): c for c in base["cells"]}
+    return sum(1 for c in theirs["cells"] if c.get("id") in b and c.get("id") not in m and _src(c) != _src(b[c["id"]]))
+
+
 def _mark(nb: dict, base_id: str) -> dict:
     """`nb` with the mark of the course version it was merged with (the merge and the mark are one write)."""
     nb = {**nb, "metadata": {**nb.get("metadata", {}), META_KEY: {"base": base_id}}}
@@ -597,6 +604,12 @@ class Workspace:
                 detail = (
                     f"{both} cell(s) you edited changed in the course too: see the notes marked 'Course update'; "
                     + detail
+                )
+            gone = deleted_but_changed(base, mine, theirs)
+            if gone:
+                detail += (
+                    f"; the course changed {gone} cell(s) you had deleted: they stay deleted (their new version is "
+                    f"in notebooks/{name})"
                 )
             if renamed:
                 detail += "; cells that had the same id as an earlier one now have ids " + ", ".join(
