@@ -698,3 +698,13 @@ def test_W02_a_course_change_to_a_cell_the_learner_deleted_is_mentioned(ws):
     change = ws.sync()[0]
     assert change.action == "merged" and "changed 1 cell(s) you had deleted" in change.detail
     assert "c2" not in [c["id"] for c in read(mine)["cells"]]
+
+
+def test_a_lesson_finds_the_learners_exercise_copy_or_else_the_courses(tmp_path):
+    course = tmp_path / "exercises"
+    course.mkdir()
+    (course / "mwms_todo.py").write_text(TODO_V1)
+    root = tmp_path / "workspace"
+    assert workspace.exercise_file("mwms_todo.py", root, course) == course / "mwms_todo.py"  # no workspace (CI)
+    workspace.Workspace(root, tmp_path / "none", course).sync_exercise("mwms_todo.py")
+    assert workspace.exercise_file("mwms_todo.py", root, course) == root / "exercises" / "mwms_todo.py"

@@ -837,6 +837,13 @@ class Workspace:
         return hits[0]
 
 
+def exercise_file(name: str, root: Path = WORKSPACE, course: Path = EXERCISES) -> Path:
+    """The exercise file a lesson asks the learner to edit: their copy in workspace/exercises/ (made by sync), or,
+    where there is none (CI executes notebooks/ without a workspace), the course's own in scripts/exercises/."""
+    mine = Path(root) / "exercises" / name
+    return mine if mine.is_file() else Path(course) / name
+
+
 def running_jupyter_servers() -> list[dict]:
     """The Jupyter servers of this user that run now: their `jpserver-<pid>.json` files in Jupyter's runtime folder
     (what `jupyter_server.serverapp.list_running_servers` reads, without its 10-second import)."""
