@@ -488,3 +488,136 @@ def test_calibration_without_the_lab_runs_on_loopback_charges_no_link_and_says_w
     assert all(v[0] > 0 for v in cal.steps.values()), cal.steps
     lesson = (paths.NOTEBOOKS / "08_capstone.ipynb").read_text()
     assert "measured {cal.where}" in lesson, "lesson 08 no longer says where its calibration ran"
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2026: fleets of today's instances, sized with the two-level model and the overlap
+
+
+RESNET50 = 4 * 25.6e6  # ResNet-50's gradient in float32, as the lesson takes it
+
+
+def test_the_sustained_baseline_is_read_where_aws_gives_one():
+    assert cap.baseline_gbps("ml.p3.2xlarge") == 2.5
+    assert cap.baseline_gbps("ml.p4d.24xlarge") is None, "EFA's 400 Gbit/s is sustained"
+    with pytest.raises(ValueError, match="ml.p3.2xlarge"):
+        cap.baseline_gbps("ml.p9.huge")
+
+
+def test_the_overlapped_step_hides_the_allreduce_behind_the_backward_pass():
+    fleet = cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5)
+    step, comm = fleet.step(40)
+    compute = fleet.step_seconds
+    assert comm > 2 / 3 * compute, "at 2.5 Gbit/s the allreduce outlasts the backward pass"
+    assert step == pytest.approx(compute / 3 + comm), "only the forward third is not overlapped"
+    serial = cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5, overlap=0.0)
+    assert serial.step(40)[0] == pytest.approx(compute + comm)
+    inside = cap.Fleet("ml.p4d.24xlarge", RESNET50, speedup=5.0)
+    step, comm = inside.step(1)
+    assert comm < 2 / 3 * step and step == pytest.approx(compute / 5), "NVSwitch: the allreduce hides entirely"
+
+
+def test_the_serial_bound_needs_about_a_third_more_one_gpu_workers():
+    work = cap.Workload()
+    fleet = cap.Fleet("ml.p3.2xlarge", RESNET50, efficiency=0.95, network_gbps=2.5)
+    over, serial = cap.fewest(work, fleet), cap.serial_instances(work, fleet)
+    assert 1.25 < serial / over < 1.6
+
+
+def test_fewest_is_the_smallest_fleet_that_fits():
+    work = cap.Workload(months=12)
+    fleet = cap.Fleet("ml.p3.2xlarge", RESNET50, efficiency=0.9, network_gbps=2.5)
+    n = cap.fewest(work, fleet)
+    assert fleet.run_hours(n, work.training_hours) <= work.budget_hours
+    assert fleet.run_hours(n - 1, work.training_hours) > work.budget_hours
+    assert cap.fewest(work, fleet, most=n - 1) is None
+    assert cap.fewest(cap.Workload(job_hours=0.5), fleet) == 1
+    big = cap.Fleet("ml.p4d.24xlarge", RESNET50, speedup=5.76)
+    assert cap.fewest(work, big, at_least=2) >= 2
+
+
+def test_a_fleet_refuses_what_it_cannot_model():
+    with pytest.raises(ValueError, match="data/gpu_instances.csv knows"):
+        cap.Fleet("ml.p9.huge", RESNET50)
+    with pytest.raises(ValueError, match="efficiency"):
+        cap.Fleet("ml.p3.2xlarge", RESNET50, efficiency=1.5)
+    with pytest.raises(ValueError, match="at least 1"):
+        cap.Fleet("ml.p3.2xlarge", RESNET50).run_hours(0, 23.0)
+
+
+def _choices():
+    from utils import prices
+
+    p3, p4d = prices.price("ml.p3.2xlarge"), prices.price("ml.p4d.24xlarge")
+    ec2 = prices.ec2_price("p4d.24xlarge").usd_per_hour
+    return [
+        cap.Choice("A", "one A100", None, None, 1, "", "", speedup=5.76),
+        cap.Choice(
+            "B", "p3 fleet", cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5), p3, 130, "", "", ec2_usd=3.06
+        ),
+        cap.Choice("C", "DeepAR", None, None, None, "", ""),
+        cap.Choice(
+            "G", "one p4d", cap.Fleet("ml.p4d.24xlarge", RESNET50, speedup=5.76), p4d, 105, "", "", only=1, ec2_usd=ec2
+        ),
+    ]
+
+
+def test_option_rows_size_price_and_mark_every_row():
+    work = cap.Workload()
+    a, b, c, g = cap.option_rows(work, _choices(), spot_fraction=0.3)
+    assert a.hours_per_run == pytest.approx(23 / 5.76 + 10 / 60) and not a.meets_deadline and a.usd_per_day is None
+    assert c.meets_deadline is None and c.hours_per_run is None
+    assert b.price_kind == "quoted" and g.price_kind == "estimate"
+    assert b.serial_hours > b.hours_per_run, "the serial bound is slower"
+    assert g.usd_per_day == pytest.approx(g.hours_per_run * 25.251 * 24, rel=1e-3)
+    assert g.usd_per_day_spot == pytest.approx(0.3 * g.usd_per_day)
+    assert cap.decide([a, b, c, g]).option is g
+
+
+def test_the_ratio_moves_estimates_only():
+    work = cap.Workload()
+    base = cap.option_rows(work, _choices(), 0.3)
+    at_ec2 = cap.option_rows(work, _choices(), 0.3, ratio=1.0)
+    assert at_ec2[1].usd_per_day == pytest.approx(base[1].usd_per_day), "a quoted price stays as it is"
+    assert at_ec2[3].usd_per_day == pytest.approx(base[3].usd_per_day / 1.15, rel=1e-3)
+    with pytest.raises(ValueError, match="positive"):
+        cap.option_rows(work, _choices(), 0.3, ratio=0)
+
+
+def test_one_instance_that_cannot_meet_the_hour_says_no():
+    work = cap.Workload(months=24, monthly_growth=0.10)
+    g = cap.option_rows(work, _choices(), 0.3)[3]
+    assert g.meets_deadline is False and g.instances == 1 and g.usd_per_day is None
+
+
+def test_the_choice_check_runs_the_learners_answer(capsys):
+    from utils import checks
+
+    work = cap.Workload()
+    rows = cap.option_rows(work, _choices(), 0.3)
+    hourly = {"B": 3.825, "G": 25.251}
+    g = rows[3]
+    right = {"choice": g.name, "instances": 1, "$ per day": g.usd_per_day}
+    assert checks.check_capstone_choice(right, rows, 24, hourly)
+    assert not checks.check_capstone_choice({**right, "$ per day": 2 * g.usd_per_day}, rows, 24, hourly)
+    b = rows[1]
+    assert not checks.check_capstone_choice((b.name, b.instances, b.usd_per_day), rows, 24, hourly)
+    assert "cost less" in capsys.readouterr().out
+    assert not checks.check_capstone_choice(None, rows, 24, hourly)
+
+
+def test_the_heartbeat_prints_while_a_run_is_silent(capsys):
+    import time
+
+    with cap.Heartbeat("waiting", every=0.05):
+        time.sleep(0.2)
+    assert capsys.readouterr().out.count("waiting") >= 2
+
+
+def test_a_request_on_a_type_the_job_file_lacks_is_validated():
+    with sj.offline_aws() as aws:
+        job = sj.JobConfig(kind="mwms", instances=1, instance_type="ml.p3.16xlarge", hyperparameters={"epochs": 1})
+        request = cap.request_on_type(job, aws, "ml.p4d.24xlarge")
+        assert request["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
+        with pytest.raises(ValueError, match="GPU"):
+            cap.request_on_type(job, aws, "ml.g6e.12xlarge")

@@ -8,6 +8,7 @@ efficiency measured in a rehearsal, and the price of a worker-hour (data/instanc
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ class Option:
     code_lines: int | None
     infra: str
     risks: str
+    serial_hours: float | None = None  # hours per run when the allreduce follows every step (the pessimistic bound)
+    price_kind: str = ""  # "quoted" or "estimate" (utils.prices), "" where no price applies
 
 
 def usd_per_day(workers: int, hours_per_run: float, usd_per_worker_hour: float, runs_per_day: float) -> float:
@@ -367,6 +370,7 @@ class Calibration:
     link_bps: float  # the lab link's set rate (bit/s)
     comm_seconds: float  # the ring allreduce of the lab's gradient at that rate, as T(N) charges it
     where: str  # "on two lab hosts linked at ..." or the loopback fallback and why
+    stopped: str = ""  # why the rounds stopped early (a busy machine), or ""
 
     @property
     def best(self) -> dict[str, float]:
@@ -382,12 +386,24 @@ class Calibration:
 
 
 def calibrate(
-    model_cluster: Cluster, lab_grad_bytes: float, script, args, rounds: int = 1, timeout: float = 600
+    model_cluster: Cluster,
+    lab_grad_bytes: float,
+    script,
+    args,
+    rounds: int = 1,
+    timeout: float = 600,
+    watch=None,
+    give_up_above: float | None = None,
 ) -> Calibration:
     """Run `script` (a tf.distribute worker) as one worker alone, as two independent workers side by side, and as
     two workers of one cluster on two hosts of the network lab linked at `scaled_link_bps` (from the first
     round's side-by-side step, the computation T(N) charges the allreduce against), `rounds` times in
-    alternation; on loopback where the lab cannot run here (and then no allreduce time is charged)."""
+    alternation; on loopback where the lab cannot run here (and then no allreduce time is charged).
+
+    A line is printed at least every 10 s while a run is silent (with what other programs took so far, from `watch`,
+    a steady.CpuWatch). After a round, if other programs took more than `give_up_above` of the machine, the rounds
+    left are not run: such a measurement would be set aside for the quiet machine's figure anyway
+    (`Calibration.stopped` says so)."""
     import sys
 
     from utils import allreduce_model, launch, netlab
@@ -399,11 +415,16 @@ def calibrate(
     def step_of(result) -> float:
         return max(r["step_seconds"][-1] for r in result.records())  # the slowest worker's last epoch
 
-    rate, achieved = 0.0, 1.0
+    rate, achieved, stopped = 0.0, 1.0, ""
+
+    def beat(what: str) -> Heartbeat:
+        return Heartbeat(f"round {round_ + 1} of {rounds}, {what}", watch=watch, limit=give_up_above)
+
     for round_ in range(rounds):
-        steps["one worker"].append(
-            step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=False))
-        )
+        with beat("one worker"):
+            steps["one worker"].append(
+                step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=False))
+            )
         if lab_ok.available:
             # two clusters of one, side by side on two hosts: the computation when both cores are busy
             with netlab.Lab(2, None) as lab:
@@ -411,9 +432,10 @@ def calibrate(
                     {"TF_CONFIG": json.dumps({**lab.tf_config(0), "cluster": {"worker": [f"{h}:2222"]}})}
                     for h in lab.names
                 ]
-                steps["two side by side"].append(
-                    step_of(lab.run([command] * 2, envs=alone, timeout=timeout, stream=False))
-                )
+                with beat("two side by side"):
+                    steps["two side by side"].append(
+                        step_of(lab.run([command] * 2, envs=alone, timeout=timeout, stream=False))
+                    )
             if round_ == 0:  # T(N) charges the allreduce against this computation, so the ratio is kept for it
                 rate = min(
                     scaled_link_bps(model_cluster, lab_grad_bytes, steps["two side by side"][0]), netlab.MAX_RATE
@@ -425,22 +447,33 @@ def calibrate(
                         f"lab links: {achieved:.0%} of the set {netlab.describe_rate(rate)} achieved (measured)",
                         flush=True,
                     )
-                steps["two workers, scaled link"].append(
-                    step_of(lab.launch_tf_workers(script, args, timeout=timeout, stream=False))
-                )
+                with beat("two workers over the scaled link"):
+                    steps["two workers, scaled link"].append(
+                        step_of(lab.launch_tf_workers(script, args, timeout=timeout, stream=False))
+                    )
         else:
             envs = [
                 launch.worker_env(1, {"TF_CONFIG": json.dumps(launch.tf_config(1, 0, [p]))})
                 for p in launch.free_ports(2)
             ]
             envs[1][launch.RUN_MARKER] = envs[0][launch.RUN_MARKER]  # one run: cleaned up together
-            side = launch.run_workers(
-                [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=False
-            )
+            with beat("two side by side"):
+                side = launch.run_workers(
+                    [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=False
+                )
             steps["two side by side"].append(step_of(side))
-            two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=False)
+            with beat("two workers"):
+                two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=False)
             steps["two workers, scaled link"].append(step_of(two))
-        print(", ".join(f"{k}: {v[-1]:.3f} s a step" for k, v in steps.items()), flush=True)
+        print(f"round {round_ + 1}: " + ", ".join(f"{k}: {v[-1]:.3f} s a step" for k, v in steps.items()), flush=True)
+        share = Heartbeat("", watch=watch).others_share()
+        if give_up_above is not None and share is not None and share > give_up_above and round_ + 1 < rounds:
+            stopped = (
+                f"other programs took {share:.0%} of this machine during round {round_ + 1}, more than "
+                f"{give_up_above:.0%}: the rounds left would be set aside too, so they were not run"
+            )
+            print(stopped, flush=True)
+            break
     if lab_ok.available:
         where = f"on two lab hosts linked at {netlab.describe_rate(rate)}"
         # T(N)'s allreduce at the rate the links really carried
@@ -448,4 +481,332 @@ def calibrate(
     else:  # no link was crossed: charging one would credit the workers with an allreduce that never happened
         where = f"over loopback ({lab_ok.reason}): the link's share is not in this measurement"
         comm = 0.0
-    return Calibration(steps, rate, comm, where)
+    return Calibration(steps, rate, comm, where, stopped)
+
+
+# --- 2026: today's instances, sized with the two-level model and the overlap of lessons 03-04 ----------------------
+
+
+def baseline_gbps(instance_type: str) -> float | None:
+    """The sustained network baseline AWS gives for an instance whose rate is 'up to' a burst (data/gpu_instances.csv
+    states it in the row's sources, as 'baseline 2.5 Gbps'), or None where the instance's rate is sustained."""
+    import re
+
+    from utils import allreduce_model
+
+    table = allreduce_model.instances()
+    if instance_type not in table.index:
+        raise ValueError(
+            f"unknown instance type {instance_type!r}: data/gpu_instances.csv knows {', '.join(table.index)}"
+        )
+    found = re.search(r"baseline ([0-9.]+)", str(table.loc[instance_type, "sources"]))
+    return float(found.group(1)) if found else None
+
+
+@functools.cache
+def _one_instance(instance_type: str):
+    from utils import allreduce_model as am
+
+    return am.topology_of(instance_type, 1)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """`instances` of one type train the job, one rank per GPU, each GPU keeping its batch (lesson 04).
+
+    A step on one GPU of this type lasts `step_seconds / speedup` (`speedup`: one GPU of the type against the job's
+    GPU today), divided by the residual `efficiency` when more than one GPU trains. The allreduce of `grad_bytes` is
+    allreduce_model's two-level one (NVLink or PCIe inside, the network between), NCCL's faster algorithm; it runs
+    during the last `overlap` share of the computation (allreduce_model.BACKWARD_SHARE: the backward pass, as
+    lesson 04 measures) and lengthens the step only beyond it. overlap=0 charges it after the step (serial T(N)).
+    `network_gbps` replaces the instance's rate (None: data/gpu_instances.csv's; pass the baseline for a burst)."""
+
+    instance_type: str
+    grad_bytes: float
+    speedup: float = 1.0
+    step_seconds: float = 0.5
+    efficiency: float = 1.0
+    overlap: float = 2 / 3
+    network_gbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 < self.efficiency <= 1:
+            raise ValueError(f"efficiency is a fraction in (0, 1], got {self.efficiency}")
+        if not 0 <= self.overlap <= 1:
+            raise ValueError(f"overlap is a share of the step's computation, in [0, 1], got {self.overlap}")
+        for name in ("grad_bytes", "speedup", "step_seconds"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        self.topology(1)  # an unknown type fails here, naming the ones the data file knows
+
+    @property
+    def gpus(self) -> int:
+        return self.topology(1).gpus
+
+    def topology(self, instances: int):
+        """`instances` of the type as allreduce_model's Topology, at `network_gbps` where given."""
+        from utils import allreduce_model as am
+
+        one = _one_instance(self.instance_type)
+        t = am.Topology(one.gpus, int(instances), one.inside, one.network)
+        if self.network_gbps is None:
+            return t
+        net = am.Link(self.network_gbps * 1e9 / 8, t.network.latency)
+        return am.Topology(t.gpus, t.servers, net if t.gpus == 1 else t.inside, net)
+
+    def step(self, instances: int) -> tuple[float, float]:
+        """One step's seconds with `instances` instances, and its allreduce's seconds."""
+        from utils import allreduce_model as am
+
+        topo = self.topology(instances)
+        compute = self.step_seconds / self.speedup
+        if topo.n > 1:
+            compute /= self.efficiency
+        comm = am.fastest_algorithm(topo, self.grad_bytes)[1] if topo.n > 1 else 0.0
+        return compute * float(am.step_efficiency(compute, comm, self.overlap)) ** -1, comm
+
+    def run_hours(self, n, training_hours: float) -> np.ndarray:
+        """Hours of training with `n` instances (a number or an array) for a job of `training_hours` on today's GPU."""
+        n = np.atleast_1d(np.asarray(n, dtype=int))
+        if np.any(n < 1):
+            raise ValueError("a fleet has at least 1 instance")
+        steps = training_hours * HOUR / self.step_seconds  # on today's GPU; each GPU of the fleet runs steps / GPUs
+        out = np.array([steps / (k * self.gpus) * self.step(int(k))[0] / HOUR for k in n])
+        return out if out.size > 1 else out[0]
+
+
+def fewest(work: Workload, fleet: Fleet, at_least: int = 1, most: int = 1024) -> int | None:
+    """The fewest instances (at least `at_least`) whose run meets the deadline, or None within `most`. A run's hours
+    fall as instances are added (each GPU runs fewer steps; the allreduce grows far slower), so the search doubles,
+    then halves."""
+
+    def fits(k: int) -> bool:
+        return float(fleet.run_hours(k, work.training_hours)) <= work.budget_hours
+
+    if fits(at_least):
+        return at_least
+    low, high = at_least, at_least * 2
+    while not fits(high):
+        if high >= most:
+            return None
+        low, high = high, min(2 * high, most)
+    while high - low > 1:  # low does not fit, high does
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid, high)
+    return high
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One way of running the job on today's instances: how it is sized and what its code is."""
+
+    key: str  # the row's letter
+    name: str
+    fleet: Fleet | None  # None: one GPU with no allreduce (speedup only), or not comparable
+    usd: object | None  # a prices.Price, or None where none applies
+    lines: int | None
+    infra: str
+    risks: str
+    at_least: int = 1  # 2 for "several instances"
+    only: int | None = None  # 1 for "one instance"
+    speedup: float | None = None  # for a single GPU (row A)
+    ec2_usd: float | None = None  # the EC2 on-demand price an estimate was made from (to vary the ratio)
+
+
+def option_rows(
+    work: Workload, choices: list[Choice], spot_fraction: float, ratio: float | None = None
+) -> list[Option]:
+    """The options table: each choice sized with its fleet's overlapped step (the serial bound beside it) and priced;
+    with `ratio`, every estimated price becomes its EC2 price x `ratio` (a quoted price is left as it is)."""
+    if not 0 < spot_fraction <= 1:
+        raise ValueError(f"spot_fraction is the spot price's share of on demand, in (0, 1], got {spot_fraction}")
+    if ratio is not None and not ratio > 0:
+        raise ValueError(f"ratio is SageMaker's price over EC2's, positive, got {ratio}")
+    runs = 24 / work.deadline_hours
+    overhead = work.overhead_minutes / 60
+    rows = []
+    for c in choices:
+        label = f"{c.key}. {c.name}"
+        hourly = None
+        if c.usd is not None:
+            hourly = c.usd.usd_per_hour
+            if ratio is not None and c.usd.kind == "estimate":
+                if c.ec2_usd is None:
+                    raise ValueError(f"{label}: an estimate needs the EC2 price it was made from (ec2_usd)")
+                hourly = c.ec2_usd * ratio
+        kind = "" if c.usd is None else c.usd.kind
+        if c.fleet is None and c.speedup is None:
+            rows.append(Option(label, None, None, None, None, None, c.lines, c.infra, c.risks, price_kind=kind))
+            continue
+        if c.fleet is None:  # one GPU alone: no allreduce
+            h = work.training_hours / c.speedup + overhead
+            rows.append(Option(label, h <= work.deadline_hours, h, 1, None, None, c.lines, c.infra, c.risks, h, kind))
+            continue
+        if c.only is not None:
+            n = c.only if float(c.fleet.run_hours(c.only, work.training_hours)) <= work.budget_hours else None
+        else:
+            n = fewest(work, c.fleet, c.at_least)
+        serial_fleet = dataclasses_replace(c.fleet, overlap=0.0)
+        shown = n if n is not None else (c.only or c.at_least)
+        h = float(c.fleet.run_hours(shown, work.training_hours)) + overhead
+        h_serial = float(serial_fleet.run_hours(shown, work.training_hours)) + overhead
+        day = None if (n is None or hourly is None) else usd_per_day(n, h, hourly, runs)
+        rows.append(
+            Option(
+                label,
+                n is not None,
+                h,
+                shown,
+                day,
+                None if day is None else day * spot_fraction,
+                c.lines,
+                c.infra,
+                c.risks,
+                h_serial,
+                kind,
+            )
+        )
+    return rows
+
+
+def dataclasses_replace(obj, **changes):
+    """dataclasses.replace, named so that the module's `replace`-free namespace stays as it was."""
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def serial_instances(work: Workload, fleet: Fleet, at_least: int = 1) -> int | None:
+    """The fewest instances when the whole allreduce follows every step (the serial T(N): the pessimistic bound)."""
+    return fewest(work, dataclasses_replace(fleet, overlap=0.0), at_least)
+
+
+class Heartbeat:
+    """Print a line every `every` seconds while a long measurement runs silently: what runs, for how long, and what
+    share of the machine other programs took so far (from a steady.CpuWatch, if given)."""
+
+    def __init__(self, what: str, every: float = 10.0, watch=None, limit: float | None = None):
+        import threading
+
+        self.what, self.every, self.watch, self.limit = what, every, watch, limit
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def others_share(self) -> float | None:
+        """The share of the machine other programs took since the watch began, or None without a watch."""
+        import time
+
+        w = self.watch
+        if w is None or not hasattr(w, "_start"):
+            return None
+        from utils import envinfo
+
+        seconds = time.perf_counter() - w._start
+        return min(1.0, w._others / (seconds * envinfo.cpu_info().usable_cores)) if seconds > 0 else 0.0
+
+    def _run(self) -> None:
+        import time
+
+        start = time.perf_counter()
+        while not self._stop.wait(self.every):
+            share = self.others_share()
+            busy = "" if share is None else f"; other programs took {share:.0%} of the machine so far"
+            if share is not None and self.limit is not None and share > self.limit:
+                busy += f" (above {self.limit:.0%}: unless that drops, this measurement will be set aside)"
+            print(f"  ... {self.what}: {time.perf_counter() - start:.0f} s{busy}", flush=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def request_on_type(config, aws, instance_type: str) -> dict:
+    """The CreateTrainingJob request of `config` on `instance_type`, validated against botocore's SageMaker model.
+
+    sagemaker_job.JobConfig checks a job's shape against data/instance_prices.csv, which has no row for the types
+    priced only in data/aws_gpu_prices.csv (ml.p4d.24xlarge ...): the request is built for `config`'s instance type
+    (one with the same GPUs, ranks and image) and its InstanceType then set to `instance_type`."""
+    from utils import allreduce_model
+    from utils import sagemaker_job as sj
+
+    table = allreduce_model.instances()
+    if instance_type not in table.index:
+        raise ValueError(
+            f"unknown instance type {instance_type!r}: data/gpu_instances.csv knows {', '.join(table.index)}"
+        )
+    gpus = int(table.loc[instance_type, "gpus"])
+    stand_in = int(sj.prices().loc[config.instance_type, "gpus"])
+    if stand_in != gpus:
+        raise ValueError(
+            f"{config.instance_type} has {stand_in} GPU(s), {instance_type} {gpus}: choose a stand-in with as many"
+        )
+    request = sj.request_for(config, aws)
+    request["ResourceConfig"]["InstanceType"] = instance_type
+    sj.validate(request)
+    return request
+
+
+def today_choices(
+    work: Workload,
+    grad_bytes: float,
+    efficiency: float,
+    price: dict,
+    speedups: dict[str, float],
+    lines: dict[str, int],
+    p3_gbps: float,
+) -> list[Choice]:
+    """Lesson 08's options on today's instances. `price`: a prices.Price by ml. type (ml.p3.2xlarge, ml.g6e.12xlarge,
+    ml.p4d.24xlarge, ml.p5.48xlarge); `speedups`: one GPU against today's V100 in float32 ("A100", "H100");
+    `lines`: the lines each script adds to the single-worker one ("horovod" with its bridge, "mwms"); `p3_gbps`:
+    the one-GPU machines' link. Inside one instance the MWMS script mirrors over all its GPUs, and mixed precision
+    adds lesson 06's dtype line."""
+    from utils import prices
+
+    ec2 = {t: prices.ec2_price(t.removeprefix("ml.")).usd_per_hour for t in price}
+    need = work.training_hours / (4 * work.budget_hours * efficiency)  # per L40S to meet the hour, before the allreduce
+    mixed = lines["mwms"] + 1
+
+    def fleet(t: str, x: float = 1.0, gbps: float | None = None) -> Fleet:
+        return Fleet(t, grad_bytes, speedup=x, efficiency=efficiency, network_gbps=gbps)
+
+    def on(t: str, key: str, name: str, x: float, infra: str, risks: str, **kw) -> Choice:
+        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], **kw)
+
+    p3, p3_price = fleet("ml.p3.2xlarge", 1.0, p3_gbps), price["ml.p3.2xlarge"]
+    one_gpu = "one V100 per instance, ENA"
+    return [
+        Choice("A", "one faster GPU (A100, mixed)", None, None, 1, "a new type", "no 1-GPU A100", speedup=speedups["A100"]),
+        Choice("B", "Horovod, ml.p3.2xlarge (source)", p3, p3_price, lines["horovod"], one_gpu, "Horovod: 2023", ec2_usd=ec2["ml.p3.2xlarge"]),
+        Choice("C", "SageMaker DeepAR", None, None, None, "built-in algorithm", "another model; not incremental"),
+        Choice("D", "Amazon EMR", None, None, None, "a Spark cluster", "still needs B's or E's code"),
+        Choice("E", "MWMS, ml.p3.2xlarge", p3, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"]),
+        Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"]),
+        on("ml.p4d.24xlarge", "G", "one ml.p4d.24xlarge (8 A100)", speedups["A100"], "NVSwitch inside", "no network", only=1),
+        on("ml.p5.48xlarge", "H", "one ml.p5.48xlarge (8 H100)", speedups["H100"], "NVSwitch inside", "no network", only=1),
+        on("ml.p4d.24xlarge", "I", "ml.p4d.24xlarge over EFA", speedups["A100"], "EFA between", "several instances", at_least=2),
+    ]  # fmt: skip
+
+
+#: The options table's columns as the lesson shows them.
+TABLE_COLUMNS = {
+    "meets_deadline": "meets the hour",
+    "instances": "instances",
+    "hours_per_run": "h a run",
+    "serial_hours": "h (serial)",
+    "usd_per_day": "$ a day",
+    "usd_per_day_spot": "$ a day, spot",
+    "price_kind": "price",
+    "code_lines": "lines",
+}
+
+
+def options_frame(options: list[Option]):
+    """The options as a pandas DataFrame with the lesson's columns (infra and risks left to the deep dive)."""
+    import pandas as pd
+
+    frame = pd.DataFrame([o.__dict__ for o in options]).set_index("name")
+    return frame[list(TABLE_COLUMNS)].rename(columns=TABLE_COLUMNS)

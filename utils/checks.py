@@ -742,6 +742,57 @@ def check_capstone_decision(
     return True
 
 
+def check_capstone_choice(answer: Any, options: list[Any], runs_per_day: float, usd_per_hour: dict[str, float]) -> bool:
+    """Exercise (lesson 08, 2026 table): the option, instances and cost per day the table's rule gives for other
+    inputs. Judged by the definitions on the table of those inputs: the option meets the hour; its cost is
+    instances x hours per run x its price per hour (`usd_per_hour`, by the option's letter) x runs a day; no option
+    that meets the hour costs less; of options that cost the same, none changes fewer lines."""
+    name = "decision for other inputs"
+    if answer is None:
+        print(f"[{name}] not answered yet: replace None with verdict(...)'s result for these inputs.")
+        return False
+    try:
+        choice, n, usd = (
+            (answer["choice"], answer["instances"], answer["$ per day"]) if isinstance(answer, dict) else answer
+        )
+        n, usd = int(n), float(usd)
+    except (KeyError, TypeError, ValueError):
+        print(f"[{name}] not quite: give verdict(...)'s result, or (choice, instances, $ per day); you gave {answer!r}")
+        return False
+    row = next((o for o in options if str(choice).split(".")[0] == o.name.split(".")[0]), None)
+    if row is None:
+        print(
+            f"[{name}] not quite: {choice!r} is none of the table's options ({', '.join(o.name[:1] for o in options)})"
+        )
+        return False
+    if not row.meets_deadline:
+        print(f"[{name}] not quite: {row.name} does not meet the deadline with these inputs")
+        return False
+    key = row.name.split(".")[0]
+    cost = row.instances * row.hours_per_run * usd_per_hour[key] * runs_per_day
+    if n != row.instances or abs(usd - cost) > max(1.0, 0.005 * cost):
+        print(
+            f"[{name}] not quite: {row.name} takes {row.instances} instance(s) x {row.hours_per_run:.2f} h a run x "
+            f"${usd_per_hour[key]:.2f} x {runs_per_day:g} runs a day; you gave {n} instance(s) and ${usd:,.0f}"
+        )
+        return False
+    able = [o for o in options if o.meets_deadline and o.usd_per_day is not None]
+    cheaper = [o.name for o in able if round(o.usd_per_day, 2) < round(cost, 2)]
+    if cheaper:
+        print(f"[{name}] not quite: {row.name} meets the deadline, but {len(cheaper)} option(s) that meet it cost less")
+        return False
+    fewer = [
+        o.name
+        for o in able
+        if round(o.usd_per_day, 2) == round(cost, 2) and (o.code_lines or 0) < (row.code_lines or 0)
+    ]
+    if fewer:
+        print(f"[{name}] not quite: another option meets it at the same cost with fewer lines")
+        return False
+    print(f"[{name}] correct: {row.name}, {n} instance(s), ${usd:,.0f} a day")
+    return True
+
+
 #: The option table's columns that could separate two options, and the Option attribute each shows.
 OPTION_COLUMNS = {
     "meets the hour": "meets_deadline",
