@@ -17,6 +17,11 @@
 # - Built without what the course does not use (Python and Java bindings, model checker, Fortran, LTO) and at -O2
 #   without debug information, which roughly halves the compile (SimGrid's own default is -O3 -g3). Simulated times
 #   do not depend on the compiler's flags: only how long a simulation takes to run does.
+# - Most of a SimGrid file's compile is spent reading Boost's and the standard library's headers (about 1,000 files
+#   each time), so those are compiled once into a precompiled header that every C++ file of the library starts
+#   with (CMake's target_precompile_headers, added from outside SimGrid's CMakeLists through
+#   CMAKE_PROJECT_INCLUDE): measured on one of SMPI's files, 3.6 s of CPU without it, 1.6 s with it. A file that
+#   cannot use it reads the headers as usual.
 # - The prefix is kept in a cache outside the repository, keyed by SimGrid's version, the platform, the C++
 #   compiler and the build recipe (as tools/build_horovod.sh keys Horovod's wheel), so it is compiled once per
 #   machine; the environment gets links to its smpicc, smpicxx and smpirun in its bin folder:
@@ -67,8 +72,17 @@ if(PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
 else()
   set(PACKAGE_VERSION_COMPATIBLE TRUE)
 endif()'
+# The precompiled header: the standard library's and Boost's headers that SimGrid's sources include most.
+pch_headers='algorithm array atomic climits cmath cstdio cstdlib cstring functional limits map memory mutex optional
+set sstream string string_view tuple unordered_map unordered_set utility vector boost/intrusive/list.hpp
+boost/intrusive_ptr.hpp boost/optional.hpp boost/algorithm/string.hpp boost/core/demangle.hpp
+boost/heap/fibonacci_heap.hpp boost/heap/pairing_heap.hpp boost/tokenizer.hpp'
+# shellcheck disable=SC2016  # ${...} are for CMake
+pch_cmake='# after SimGrid CMakeLists has defined its library (CMAKE_PROJECT_INCLUDE runs at its project() call)
+cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL
+  target_precompile_headers simgrid PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${COURSE_PCH_HEADERS}>")'
 recipe="r$(printf '%s\n' "${cmake_flags[@]}" "$boost_version" "$boost_config" "$boost_config_version" \
-  | sha256_hex | cut -c1-8)"
+  "$pch_headers" "$pch_cmake" | sha256_hex | cut -c1-8)"
 compiler="$(c++ --version 2>/dev/null | head -1 | sha256_hex | cut -c1-6)"
 platform="$(uname -s | tr '[:upper:]' '[:lower:]')_$(uname -m)"
 cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
@@ -121,6 +135,12 @@ link_tools() {
   say "linked ${tools[*]} into $bin (from $prefix)"
 }
 
+# One build at a time per cache (two set-ups started together: the second waits, then uses the first's build).
+mkdir -p "$cache_root/simgrid"
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$cache_root/simgrid/$key.lock"
+  flock -n 9 || { say "another set-up is building SimGrid into $prefix: waiting for it"; flock 9; }
+fi
 if [ -x "$prefix/bin/smpirun" ] && [ -f "$prefix/.complete" ]; then
   say "using the cached build: $prefix"
   link_tools
@@ -161,6 +181,10 @@ with zipfile.ZipFile(sys.argv[1]) as z:
 mkdir -p "$work/boost-cmake"
 printf '%s\n' "$boost_config" >"$work/boost-cmake/BoostConfig.cmake"
 printf '%s\n' "$boost_config_version" >"$work/boost-cmake/BoostConfigVersion.cmake"
+printf '%s\n' "$pch_cmake" >"$work/boost-cmake/pch.cmake"
+# CMake's list, each header as <name$<ANGLE-R> (a bare > would end the generator expression)
+# shellcheck disable=SC2016,SC2086  # $<ANGLE-R> is for CMake; one header per word, on purpose
+pch_list="$(printf '<%s$<ANGLE-R>;' $pch_headers)"
 
 mkdir -p "$cache_root" "$work/build"
 log="$cache_root/simgrid-build.log"
@@ -168,6 +192,7 @@ rm -rf "$prefix"
 if ! (cd "$work/build" \
       && "$cmake" "$work/simgrid-$version" "${cmake_flags[@]}" -DCMAKE_INSTALL_PREFIX="$prefix" \
            -DBoost_DIR="$work/boost-cmake" -DBOOST_HEADERS_INCLUDE="$work/boost/boost_headers/include" \
+           -DCMAKE_PROJECT_INCLUDE="$work/boost-cmake/pch.cmake" "-DCOURSE_PCH_HEADERS=${pch_list%;}" \
       && make -j"$jobs" && make install) >"$log" 2>&1; then
   tail -n 30 "$log" >&2
   rm -rf "$prefix"
