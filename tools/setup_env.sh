@@ -126,7 +126,9 @@ fi
 # SimGrid's SMPI (utils.simgrid, lesson 03's simulated cluster): real MPI collectives on a simulated platform, for
 # clusters no one can rent. It starts no service; installed where Open MPI is (root and apt-get), with a C compiler
 # (libsimgrid-dev only recommends one). Elsewhere it is built from SimGrid's source release on PyPI into a cache,
-# once per machine (tools/build_simgrid.sh; COURSE_SIMGRID=skip leaves it out, and lesson 03 skips its simulation).
+# once per machine (tools/build_simgrid.sh; COURSE_SIMGRID=skip leaves it out, and lesson 03 skips its simulation;
+# COURSE_SIMGRID=defer leaves the build to the caller: the SageMaker lifecycle's set-up builds it after the kernel is
+# registered, so that the other lessons can start meanwhile).
 simgrid_packages="libsimgrid-dev gcc"
 have_simgrid() { system_tool smpicc && system_tool smpirun && command -v cc >/dev/null 2>&1; }
 simgrid_from_source=""
@@ -161,7 +163,7 @@ want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/bui
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   say "environment $venv is up to date."
   # SimGrid's links into the environment, where a build failed or its cache was removed since
-  if [ -n "$simgrid_from_source" ] && [ ! -x "$venv_bin/smpirun" ]; then
+  if [ -n "$simgrid_from_source" ] && [ "${COURSE_SIMGRID:-}" != defer ] && [ ! -x "$venv_bin/smpirun" ]; then
     bash "$repo/tools/build_simgrid.sh" "$venv/bin/python" \
       || say "WARNING: SimGrid's SMPI could not be built (see above): lesson 03 skips its simulated cluster."
   fi
@@ -250,7 +252,9 @@ fi
 echo "$want" >"$stamp"
 say "environment ready in $(( $(date +%s) - start )) s"
 # Last, as it takes longest the first time and only lesson 03 needs it: the environment above is usable meanwhile.
-if [ -n "$simgrid_from_source" ]; then
+if [ -n "$simgrid_from_source" ] && [ "${COURSE_SIMGRID:-}" = defer ]; then
+  say "SimGrid's build deferred (COURSE_SIMGRID=defer): bash tools/build_simgrid.sh $py builds it"
+elif [ -n "$simgrid_from_source" ]; then
   bash "$repo/tools/build_simgrid.sh" "$py" \
     || say "WARNING: SimGrid's SMPI could not be built (see above): lesson 03 skips its simulated cluster."
 fi
