@@ -7,6 +7,8 @@
 #               the published build)
 #   make lab-check   every lesson's executed copy (from make test) opened in JupyterLab in headless Chromium
 #   make wheelhouse   every pinned package and the Horovod wheel in wheelhouse/, for machines with no network
+#   make noroot-check   (as root) the set-up from a fresh clone as a user with no root and no apt-get, then lessons
+#               03, 04 and 07 in smoke mode as that user, failing on any section they skip that the root path runs
 # Options: PYTHON=/path/to/python3.11   TF_PACKAGE=tensorflow-cpu|'tensorflow[and-cuda]' (default: TensorFlow's GPU
 #          build where `nvidia-smi -L` lists a GPU, else the CPU build; `bash tools/setup_env.sh --print-tf-package`)
 #          WHEELHOUSE=/path/to/wheelhouse   install from it, with no package index (default: wheelhouse/
@@ -22,7 +24,7 @@ export JUPYTER_PATH := $(CURDIR)/$(VENV)/share/jupyter
 # Jupyter refuses to run as root without this flag (containers often run as root).
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: lab update test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check image-check clean-env
+.PHONY: noroot-check lab update test env horovod unit notebooks lint format durations instructor-page wheelhouse test-setup site site-check lab-check image-check clean-env
 
 env:
 	@bash tools/setup_env.sh
@@ -79,6 +81,11 @@ instructor-page: env
 # Every pinned package (TensorFlow as this platform's wheel) and the Horovod wheel, in wheelhouse/ (git-ignored).
 wheelhouse: env
 	@bash tools/wheelhouse.sh $(CURDIR)/wheelhouse
+
+# A SageMaker notebook instance's set-up (no root, no apt-get), replayed here as an unprivileged user; not part of
+# `make test` nor of CI (uncached, it compiles Horovod and SimGrid: docs/notebook_instance.md gives its times).
+noroot-check:
+	@bash tools/noroot_check.sh
 
 # The slow set-up tests: SageMaker lifecycle first and second start, and an environment from a fresh wheelhouse
 # with no package index (several minutes and about 1.3 GB of downloads; not part of `make test`).

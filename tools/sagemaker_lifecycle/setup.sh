@@ -4,8 +4,13 @@
 # survives a stop and start:
 #   STATE/python   a Python 3.11 made with the instance's conda (once), when there is a conda
 #   STATE/venv     the course environment (tools/setup_env.sh: reinstalls only when the pins change)
-#   STATE/cache    the Horovod wheel cache (compiled once, on the first start)
+#   STATE/cache    the Horovod wheel cache (compiled once, on the first start), and SimGrid's SMPI build
 # and then registers the kernel "Python 3 (distributed-training-course)" in ~/.local, which a stop erases.
+# A notebook instance has no apt-get and the set-up runs as the notebook user, not root: tools/setup_env.sh then
+# installs Open MPI from PyPI into the environment (Horovod is built against it) and SimGrid's SMPI is built from
+# its source release on PyPI (tools/build_simgrid.sh). That build is the longest step of a first start, so it
+# comes last, after the kernel is registered and the status says `ready`: the lessons can start meanwhile, and
+# lesson 03 runs its simulated cluster once the log says "SimGrid ready" (the status then reads `ready+simgrid`).
 #
 #   bash tools/sagemaker_lifecycle/setup.sh [STATE]      (default: ~/SageMaker/.course-env)
 # Without conda (a laptop, or a test), COURSE_PYTHON names the Python 3.11 to use (default: python3.11).
@@ -58,17 +63,31 @@ if [ -z "${WHEELHOUSE:-}" ] && [ -f "$STATE/../wheelhouse/COMPLETE" ]; then
   WHEELHOUSE="$(cd "$STATE/../wheelhouse" && pwd)"
   export WHEELHOUSE
 fi
-COURSE_VENV="$STATE/venv" COURSE_CACHE_DIR="$STATE/cache" PYTHON="$PYTHON" \
+COURSE_VENV="$STATE/venv" COURSE_CACHE_DIR="$STATE/cache" PYTHON="$PYTHON" COURSE_SIMGRID="${COURSE_SIMGRID:-defer}" \
   bash "$repo/tools/setup_env.sh" || fail "the course environment could not be set up (see above)"
 
 # 3. The kernel, registered for the notebook user (a stop erases ~/.local, so every start does this).
 # (ipykernel stages the kernelspec in a temporary folder it does not remove: it gets one that goes at once)
 scratch="$(mktemp -d)"
+# Open MPI and SimGrid from PyPI live in the environment's bin folder: the kernel puts it first on its PATH, so that
+# a lesson's mpirun and smpirun are those (jupyter_client expands ${PATH} when it starts the kernel).
+# shellcheck disable=SC2016  # ${PATH} is for jupyter_client
 TMPDIR="$scratch" "$STATE/venv/bin/python" -m ipykernel install --user --name "$KERNEL_NAME" \
-  --display-name "Python 3 ($KERNEL_NAME)" >/dev/null || { rm -rf "$scratch"; fail "the kernel could not be registered"; }
+  --display-name "Python 3 ($KERNEL_NAME)" --env PATH "$STATE/venv/bin"':${PATH}' >/dev/null \
+  || { rm -rf "$scratch"; fail "the kernel could not be registered"; }
 rm -rf "$scratch"
 say "kernel \"Python 3 ($KERNEL_NAME)\" registered"
 # 4. The learner's copies of the lessons (utils/workspace.py): new lessons copied, the course's changes merged in.
 "$STATE/venv/bin/python" -m utils.workspace sync || fail "the lessons could not be copied into $repo/workspace"
 status ready
 say "ready in $(( $(date +%s) - start )) s: open workspace/00_start_here.ipynb with that kernel"
+# 5. SimGrid's SMPI, where the set-up left its build to this step (no system SimGrid): compiled once, kept in
+# STATE/cache; a later start finds it there and only links it into the environment again.
+if [ ! -x "$STATE/venv/bin/smpirun" ] && ! command -v smpirun >/dev/null 2>&1 && [ "${COURSE_SIMGRID:-}" != skip ]; then
+  if COURSE_CACHE_DIR="$STATE/cache" bash "$repo/tools/build_simgrid.sh" "$STATE/venv/bin/python"; then
+    status ready+simgrid
+    say "SimGrid ready in $(( $(date +%s) - start )) s (from the start of this set-up): lesson 03 runs its simulated cluster"
+  else
+    say "WARNING: SimGrid's SMPI could not be built (above): lesson 03 skips its simulated cluster; the rest works"
+  fi
+fi

@@ -1,0 +1,43 @@
+"""Where the set-up has no root and no apt-get (a SageMaker notebook instance), Open MPI and SimGrid's SMPI live in
+the environment's bin folder, which the kernel the set-up registers puts first on its PATH. A kernel or shell
+started otherwise does not see them: the lessons then say so in one line, naming the folder and what to do,
+instead of calling them missing. (The route itself, end to end, is `make noroot-check`.)"""
+
+from __future__ import annotations
+
+import stat
+import sys
+from pathlib import Path
+
+from utils import netlab, simgrid
+
+
+def fake_environment(tmp_path: Path, tools: list[str]) -> Path:
+    """A bin folder holding a python and `tools` (empty executables), as the set-up's environment would."""
+    folder = tmp_path / "env" / "bin"
+    folder.mkdir(parents=True)
+    for name in ["python", *tools]:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(stat.S_IRWXU)
+    return folder
+
+
+def test_tools_in_the_environment_but_not_on_path_are_named_with_the_folder(monkeypatch, tmp_path):
+    folder = fake_environment(tmp_path, ["mpirun", "smpicc", "smpirun"])
+    monkeypatch.setattr(sys, "executable", str(folder / "python"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    why = netlab.not_on_path(["mpirun"])
+    assert why.startswith("mpirun is in this environment") and str(folder) in why
+    assert f"export PATH={folder}:$PATH" in why and "\n" not in why
+    sim = simgrid.available()
+    assert sim.startswith("SimGrid's smpicc and smpirun are in this environment") and str(folder) in sim
+
+
+def test_nothing_is_said_when_the_tools_are_on_path_or_not_in_the_environment(monkeypatch, tmp_path):
+    folder = fake_environment(tmp_path, ["mpirun"])
+    monkeypatch.setattr(sys, "executable", str(folder / "python"))
+    monkeypatch.setenv("PATH", str(folder))
+    assert netlab.not_on_path(["mpirun"]) == ""
+    assert netlab.not_on_path(["smpirun"]) == ""  # not in the environment: the caller says it is missing
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    assert "not installed" in simgrid.available()
