@@ -54,6 +54,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         "--kms-key", default=None, help="KMS key ARN for the volume and the output (types without local storage)"
     )
     p.add_argument("--checkpoints", action="store_true", help="sync /opt/ml/checkpoints to S3")
+    p.add_argument(
+        "--resume-run",
+        default="",
+        help="resume an earlier run on purpose: the run id at the end of its checkpoint prefix (default: a new one)",
+    )
+    p.add_argument("--keep-alive-minutes", type=int, default=0, help="managed warm pool: minutes kept after the job")
+    p.add_argument("--retries", type=int, default=0, help="RetryStrategy: restarts after an internal error (0-30)")
+    p.add_argument("--infra-check", action="store_true", help="InfraCheckConfig: health checks before training")
     p.add_argument("--no-np-fix", action="store_true", help="Horovod: keep SDK v3's -np bug (for comparison)")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=64)
@@ -80,6 +88,10 @@ def config_from(args: argparse.Namespace) -> sagemaker_job.JobConfig:
         security_groups=tuple(args.security_groups),
         kms_key=args.kms_key,
         checkpoints=args.checkpoints,
+        resume_run=args.resume_run,
+        keep_alive_minutes=args.keep_alive_minutes,
+        retries=args.retries,
+        infra_check=args.infra_check,
         fix_np=not args.no_np_fix,
         hyperparameters={"epochs": args.epochs, "batch-size": args.batch_size},
     )

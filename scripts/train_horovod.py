@@ -24,6 +24,7 @@ from utils import checkpoint, data, hvd_keras, job, model, profiler, tracking
 
 # Horovod: start, and learn this process's rank among `size` ranks.
 hvd.init()
+job.check_world_size(hvd.size())  # SageMaker: as many ranks as the job asks for, or stop at once
 # Horovod: one GPU per rank on a GPU machine (the one numbered by its rank on this host); on a CPU,
 # a fixed number of threads per rank (the launcher sets OMP_NUM_THREADS).
 gpus = tf.config.list_physical_devices("GPU")
@@ -139,6 +140,7 @@ else:
     )
     logs = {k: history.history[k] for k in logs}
 if hvd.rank() == 0 and paths.model_dir:  # Horovod/SageMaker: rank 0 saves the model for deployment
+    os.makedirs(paths.model_dir, exist_ok=True)  # SageMaker makes /opt/ml/model; a pod's folder may not exist yet
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
 run.end(ok=True)  # FINISHED in the tracking store (a failure ends it FAILED)
 print(

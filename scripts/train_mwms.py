@@ -158,6 +158,7 @@ for epoch in range(initial_epoch, args.epochs):
             flush=True,
         )
 if chief and paths.model_dir:  # MWMS/SageMaker: the chief saves the model for deployment
+    os.makedirs(paths.model_dir, exist_ok=True)  # SageMaker makes /opt/ml/model; a pod's folder may not exist yet
     net.save(os.path.join(paths.model_dir, "forecaster.keras"))
 run.end(ok=True)  # FINISHED in the tracking store (a failure ends it FAILED)
 print(

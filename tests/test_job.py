@@ -64,6 +64,20 @@ def test_sagemaker_variables_are_read(tmp_path):
     assert elsewhere.checkpoint_dir == tmp_path / "ml" / "checkpoints", "the checkpoints sit next to the model folder"
 
 
+def test_a_channel_of_several_parts_is_read_whole_in_name_order(tmp_path):
+    """A series uploaded in parts (OfflineAWS.upload_dataset(parts=n)) is read whole, not only its first file."""
+    (tmp_path / "train").mkdir()
+    header = "timestamp,temperature_f,filled\n"
+    for i, rows in enumerate((["2010-01-01 00:00,40.0,0\n"], ["2010-01-01 01:00,41.0,0\n", "2010-01-01 02:00,42.0,0"])):
+        (tmp_path / "train" / f"part-{i:03d}.csv").write_text(header + "".join(rows))
+    paths = job.job_paths("", env={"SM_CHANNEL_TRAIN": str(tmp_path / "train")})
+    lines = paths.data_file.read_text().splitlines()
+    assert lines == [header.strip(), "2010-01-01 00:00,40.0,0", "2010-01-01 01:00,41.0,0", "2010-01-01 02:00,42.0,0"]
+    (tmp_path / "train" / "part-002.csv").write_text("x,y\n1,2\n")
+    with pytest.raises(ValueError, match="do not share one header"):
+        job.job_paths("", env={"SM_CHANNEL_TRAIN": str(tmp_path / "train")})
+
+
 def test_empty_train_channel_says_what_to_upload(tmp_path):
     with pytest.raises(FileNotFoundError, match="upload"):
         job.job_paths("", env={"SM_CHANNEL_TRAIN": str(tmp_path)})
@@ -142,3 +156,15 @@ def test_a_chief_in_tf_config_is_task_0_and_the_workers_follow():
 def test_no_cluster_means_one_worker_and_no_tf_config():
     env = {}
     assert job.set_tf_config(env).hosts == ["localhost"] and "TF_CONFIG" not in env
+
+
+def test_a_horovod_job_with_fewer_ranks_than_it_asks_for_stops_with_what_to_do():
+    env = {"SM_HOST_COUNT": "2", "SM_DISTRIBUTED_CONFIG": '{"process_count_per_node": 4, "mpi_additional_options": []}'}
+    assert job.expected_world_size(env) == 8
+    job.check_world_size(8, env)
+    with pytest.raises(SystemExit, match="runs 4 rank.*asks for 8.*-np 8"):
+        job.check_world_size(4, env)  # v3's -np bug: one instance's worth
+    gpus = {**env, "SM_DISTRIBUTED_CONFIG": '{"process_count_per_node": null}', "SM_NUM_GPUS": "2"}
+    assert job.expected_world_size(gpus) == 4
+    assert job.expected_world_size({}) is None  # not a SageMaker MPI job: no check
+    job.check_world_size(3, {})

@@ -127,7 +127,15 @@ def test_wrong_field_types_fail_in_the_sdk_models():
 
 
 def _mpi(**kw):
-    line = ["mpirun", "--allow-run-as-root", "-np", "4", "python", "/opt/course/scripts/train_horovod.py"]
+    line = [
+        "mpirun",
+        "--allow-run-as-root",
+        *kf.MPI_FORWARD,
+        "-np",
+        "4",
+        "python",
+        "/opt/course/scripts/train_horovod.py",
+    ]
     return kf.mpijob("hvd", workers=2, slots_per_worker=2, image=IMAGE, command=line, **kw)
 
 
@@ -397,8 +405,12 @@ def test_nodes_are_removed_only_when_the_gap_between_runs_exceeds_the_scale_down
     assert full["idle"] == pytest.approx(1.0) and not full["removed"] and full["billed"] == 60
     short = kf.node_minutes(0.25, startup_minutes=5)
     assert short["removed"] and short["billed"] == pytest.approx(5 + 15 + 10)
-    day = kf.engines(4, 0.9, startup_minutes=5)["$ a day"]
+    day = kf.engines(4, 0.9, startup_minutes=5, scale_down_minutes=10)["$ a day"]
     assert day.iloc[1] == pytest.approx(day.iloc[2])  # autoscaled = kept running for this shape
+    # start-up is billed on SageMaker too (from TrainingStartTime, which counts the image and data download)
+    assert day.iloc[0] == pytest.approx(kf.engines(4, 0.9, startup_minutes=0)["$ a day"].iloc[0] * (0.9 + 5 / 60) / 0.9)
+    rows = kf.engines(4, 0.25, startup_minutes=5, autoscalers={"slow": 10, "fast": 1})["$ a day"]
+    assert rows.iloc[2] < rows.iloc[1] < rows.iloc[3]  # a shorter delay bills less; both less than nodes kept
     day = kf.engines(4, 0.25, startup_minutes=5, scale_down_minutes=10)["$ a day"]
     assert day.iloc[1] < day.iloc[2]
 
@@ -453,3 +465,86 @@ def test_a_quiet_rehearsal_says_it_is_still_running(capsys):
     assert out and all(line.startswith("  ... ") and line.endswith("waiting for their next line") for line in out), out
     with kf._heartbeat(False) as shown:
         assert shown is False
+
+
+#: Why an MPIJob cannot be rehearsed here ('' where it can): the lab as root, with Open MPI and OpenSSH.
+MPI_LAB_WHY = (
+    netlab.support().reason
+    if netlab.support().kind != "root"
+    else ", ".join(t for t in ("mpirun", "ssh", "ssh-keygen") if not __import__("shutil").which(t))
+)
+#: A rank that imports the course's code (found only through the image's PYTHONPATH: a script's own folder is the
+#: first entry of sys.path, not the working folder) and a package of the image's Python, and says which Python it is.
+RANK = "import sys\nimport portpicker, utils.job\nprint('RANK-PYTHON ' + sys.executable, flush=True)\n"
+
+
+@pytest.mark.skipif(bool(MPI_LAB_WHY), reason=MPI_LAB_WHY or "the lab runs here")
+def test_mpijob_ranks_on_worker_pods_get_only_what_mpirun_forwards(tmp_path):
+    """Ranks that mpirun starts over ssh on the worker pods inherit none of the container's variables (neither the
+    image's PATH, where its Python is, nor PYTHONPATH): sshd gives a session its own. mpi-operator's examples forward
+    them with -x; a line without them fails on a cluster, and in the rehearsal."""
+    (tmp_path / "rank.py").write_text(RANK)
+    bare = ["mpirun", "--allow-run-as-root", "-np", "2", "--bind-to", "none", "python", str(tmp_path / "rank.py")]
+    job = kf.mpijob("fwd", workers=2, slots_per_worker=1, image=IMAGE, command=bare, restart_policy="Never")
+    with pytest.raises(launch.WorkerError):
+        kf.rehearse(kf.mpi_pods(job), timeout=120, max_restarts=0, stream=False)
+    forwarded = [*bare[:6], *kf.MPI_FORWARD, *bare[6:]]
+    job = kf.mpijob("fwd", workers=2, slots_per_worker=1, image=IMAGE, command=forwarded, restart_policy="Never")
+    run = kf.rehearse(kf.mpi_pods(job), timeout=120, max_restarts=0, stream=False)
+    pythons = re.findall(r"RANK-PYTHON (\S+)", run.output["fwd-launcher"])
+    assert pythons == [str(Path(sys.executable).parent / "python")] * 2, run.output["fwd-launcher"]
+
+
+def test_gpu_images_without_a_gpu_request_are_flagged_and_the_jobs_request_their_gpus():
+    """A pod gets a GPU only by requesting nvidia.com/gpu (the NVIDIA device plugin's extended resource); a pod of a
+    GPU image without one trains on CPU or uses GPUs the scheduler does not count. mpi-operator's own example puts
+    nvidia.com/gpu on the workers."""
+    line = ["mpirun", *kf.MPI_FORWARD, "-np", "4", "python", "/opt/course/scripts/train_horovod.py"]
+    bare_tf = kf.tfjob("f", workers=2, chief=1, image=kf.TF_IMAGE.name, command=MWMS)
+    bare_mpi = kf.mpijob("h", workers=2, slots_per_worker=2, image=kf.HVD_IMAGE.name, command=line)
+    assert any("nvidia.com/gpu" in note for note in kf.check_tfjob(bare_tf))
+    assert any("nvidia.com/gpu" in note for note in kf.check_mpijob(bare_mpi))
+    tf = kf.tfjob("f", workers=2, chief=1, image=kf.TF_IMAGE.name, command=MWMS, gpus=1, instance_type="p3.2xlarge")
+    assert kf.check_tfjob(tf) == []
+    for spec in kf.manifest(tf)["spec"]["tfReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "p3.2xlarge"}
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    mpi = kf.mpijob("h", workers=2, slots_per_worker=2, image=kf.HVD_IMAGE.name, command=line, gpus_per_worker=2, efa=1)
+    assert kf.check_mpijob(mpi) == []
+    specs = mpi["spec"]["mpiReplicaSpecs"]
+    worker = specs["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert worker == {"nvidia.com/gpu": 2, "vpc.amazonaws.com/efa": 1}  # one GPU per slot, EFA where it applies
+    assert "resources" not in specs["Launcher"]["template"]["spec"]["containers"][0]  # mpirun needs no GPU
+    fewer = kf.mpijob("h", workers=2, slots_per_worker=2, image=kf.HVD_IMAGE.name, command=line, gpus_per_worker=1)
+    assert any("slotsPerWorker" in note for note in kf.check_mpijob(fewer))
+    assert any(
+        "-x PATH" in note
+        for note in kf.check_mpijob(
+            kf.mpijob(
+                "h",
+                workers=2,
+                slots_per_worker=2,
+                image=kf.HVD_IMAGE.name,
+                command=[t for t in line if t not in kf.MPI_FORWARD],
+                gpus_per_worker=2,
+            )
+        )
+    )
+
+
+def test_tf_config_matches_the_operators_own_golden_strings():
+    """A string the operator's own controller test expects, copied, not rebuilt: TestClusterSpec of the tf-operator's
+    v1beta1 TensorFlow controller tests (a PS and a worker in namespace ns2, no custom cluster domain), a format
+    genClusterSpec keeps at v1.9.4. (That older test also gave a lone worker a TF_CONFIG; v1.9.4 gives none.)"""
+    one = kf.manifest(kf.tfjob("test-tfjob", workers=1, image=IMAGE, command=MWMS, namespace="ns0"))
+    assert kf.tf_config(one, "Worker", 0) is None  # a job of one replica gets none (isDistributed)
+    two = copy.deepcopy(one)
+    two["metadata"]["namespace"] = "ns2"
+    two["spec"]["tfReplicaSpecs"]["PS"] = copy.deepcopy(two["spec"]["tfReplicaSpecs"]["Worker"])
+    golden = (
+        '{"cluster":{"ps":["test-tfjob-ps-0.ns2.svc:2222"],"worker":["test-tfjob-worker-0.ns2.svc:2222"]},'
+        '"task":{"type":"worker","index":0},"environment":"cloud"}'
+    )
+    assert json.loads(kf.tf_config(two, "Worker", 0)) == json.loads(golden)

@@ -272,6 +272,19 @@ def test_every_instances_checkpoints_are_synced(tiny):
     assert tiny.checkpoint_keys == ["checkpoints/tiny-job/host-0.txt", "checkpoints/tiny-job/host-1.txt"]
 
 
+def test_every_start_restores_the_checkpoint_prefix_not_only_a_resume(tiny, s3, show_code, tmp_path):
+    """SageMaker restores what is under CheckpointConfig.S3Uri into every job that names it (AWS, "Resume training
+    from a checkpoint"): another job on the tiny job's prefix starts with its files, without resume=True."""
+    other = make_request(s3, "other-job", show_code, "show.py", count=2, checkpoints=True)
+    other["CheckpointConfig"] = {"S3Uri": f"s3://{BUCKET}/checkpoints/tiny-job", "LocalPath": "/opt/ml/checkpoints"}
+    laid = rehearsal.rehearse(other, s3, root=tmp_path, launch_job=False, where="loopback")
+    for folder in laid.instances:
+        assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["host-0.txt", "host-1.txt"]
+    fresh = make_request(s3, "fresh-job", show_code, "show.py", checkpoints=True)
+    with pytest.raises(ValueError, match="nothing under .*fresh-job.* to resume from"):
+        rehearsal.rehearse(fresh, s3, root=tmp_path, resume=True, launch_job=False, where="loopback")
+
+
 def test_mpi_line_comes_from_the_sdk_and_the_last_np_wins():
     source = {"entry_script": "train_horovod.py"}
     buggy = rehearsal.driver_command(

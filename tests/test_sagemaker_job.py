@@ -97,7 +97,7 @@ def test_spot_job_sets_limits_and_checkpoints(aws, single):
 
 @pytest.mark.parametrize("mode", ["FastFile", "Pipe"])
 def test_input_mode_and_sharding_reach_the_channel(aws, mode):
-    request = sj.request_for(sj.JobConfig(kind="mwms", instances=2, input_mode=mode, sharded=True), aws)
+    request = sj.request_for(sj.JobConfig(kind="single", input_mode=mode, sharded=True), aws)
     sj.validate(request)
     train = channel(request, "train")
     assert train["InputMode"] == mode
@@ -156,6 +156,10 @@ def test_diff_shows_changed_lines_with_normalized_names(aws, single):
         ({"input_mode": "Stream"}, "not one of File, FastFile, Pipe"),
         ({"max_hours": 1000}, "28 days"),
         ({"kind": "mwms", "instances": 2, "subnets": ("subnet-1",)}, "both subnets and security groups"),
+        ({"kind": "mwms", "instances": 2, "sharded": True}, "shards the whole dataset itself"),
+        ({"kind": "horovod", "instances": 2, "sharded": True}, "Leave sharded off"),
+        ({"kind": "mwms", "resume_run": "../other"}, "run id"),
+        ({"kind": "mwms", "resume_run": "20261128-101010-abcdef"}, "spot=True or checkpoints=True"),
     ],
 )
 def test_bad_configurations_say_what_to_do(changes, message):
@@ -752,3 +756,62 @@ def test_a_request_after_the_emulated_aws_stopped_says_which_cell_starts_it_agai
     with pytest.raises(sj.AWSStopped, match="Run the cell that starts it again") as stopped:
         sj.request_for(sj.JobConfig(kind="single"), emulated)
     assert stopped.value._render_traceback_() == [f"AWSStopped: {sj.STOPPED_HELP}"]  # in a notebook: no traceback
+
+
+@pytest.mark.slow
+def test_two_consecutive_spot_jobs_both_train(aws, tmp_path):
+    """SageMaker restores whatever is under a job's CheckpointConfig.S3Uri into every job that names it, not only
+    into a restart (AWS, "Resume training from a checkpoint"); the rehearsal does the same at every start. A restart
+    of one job resumes it; the next job of the same config starts on a prefix of its own and trains every epoch."""
+    from utils import rehearsal
+
+    config = sj.JobConfig(kind="mwms", spot=True, hyperparameters={"epochs": 1, "batch-size": 64, "data-size": 1500})
+    first = sj.request_for(config, aws)
+    done = rehearsal.rehearse(first, aws.s3, root=tmp_path / "a", timeout=240, stream=False, where="loopback")
+    assert [len(r["loss"]) for r in done.records()] == [1]
+    # the same job started again (a spot restart): the checkpoints under its URI come back, nothing is left to train
+    again = rehearsal.rehearse(first, aws.s3, root=tmp_path / "b", timeout=240, stream=False, where="loopback")
+    assert "every epoch is done" in again.output(0), "the rehearsal must restore the URI at every start"
+    # the next job of the same config: a prefix of its own, so it trains
+    second = sj.request_for(config, aws)
+    trained = rehearsal.rehearse(second, aws.s3, root=tmp_path / "c", timeout=240, stream=False, where="loopback")
+    assert "every epoch is done" not in trained.output(0), "the second spot job resumed the first's last epoch"
+    assert [len(r["loss"]) for r in trained.records()] == [1], "the second spot job trained nothing"
+    assert second["CheckpointConfig"]["S3Uri"] != first["CheckpointConfig"]["S3Uri"]
+
+
+def test_warm_pool_retries_and_infra_check_reach_the_request_and_the_guard_counts_the_pool(aws):
+    request = sj.request_for(
+        sj.JobConfig(kind="mwms", instances=2, keep_alive_minutes=30, retries=2, infra_check=True), aws
+    )
+    sj.validate(request)
+    assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
+    assert request["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
+    rate = sj.price("ml.g5.2xlarge")
+    assert sj.estimate(request).worst_case_usd == pytest.approx(2 * (1 + 0.5) * rate)  # the pool is billed
+    for bad in ({"keep_alive_minutes": 61}, {"retries": 31}, {"retries": -1}):
+        with pytest.raises(ValueError, match="whole number from 0 to"):
+            sj.JobConfig(**bad)
+
+
+def test_a_region_without_a_recorded_price_is_refused_not_priced_at_another_regions_rate(aws):
+    with pytest.raises(ValueError, match="us-east-1's, not eu-west-1's"):
+        sj.JobConfig(region="eu-west-1")
+    request = sj.request_for(sj.JobConfig(kind="single"), aws)
+    with pytest.raises(ValueError, match="not eu-west-1's"):
+        sj.check_cost(request, 100.0, region="eu-west-1")
+
+
+def test_an_mlflow_app_request_is_checked_as_the_api_checks_it_and_server_versions_against_aws_pairs():
+    role, uri = f"arn:aws:iam::{sj.OFFLINE_ACCOUNT}:role/CourseMlflow", "s3://course-bucket/mlflow"
+    app = sj.mlflow_app_request("course-mlflow", role, uri)
+    assert app == {
+        "Name": "course-mlflow",
+        "ArtifactStoreUri": uri,
+        "RoleArn": role,
+        "AccountDefaultStatus": "DISABLED",
+    }
+    with pytest.raises(ValueError, match="pattern"):
+        sj.mlflow_app_request("course_mlflow", role, uri)  # an underscore: the API's name pattern refuses it
+    assert sj.aws_pairs_mlflow("3.0.1") and sj.aws_pairs_mlflow("2.16") and not sj.aws_pairs_mlflow("3.17.2")

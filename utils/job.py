@@ -75,7 +75,8 @@ class JobPaths:
 
 
 def job_paths(checkpoint_dir: str = "", env: Mapping[str, str] | None = None) -> JobPaths:
-    """Read SM_CHANNEL_TRAIN, SM_MODEL_DIR, SM_OUTPUT_DATA_DIR (in a SageMaker job) or use local defaults."""
+    """Read SM_CHANNEL_TRAIN (every .csv file in it, joined in name order when there are several), SM_MODEL_DIR,
+    SM_OUTPUT_DATA_DIR (in a SageMaker job) or use local defaults."""
     env = os.environ if env is None else env
     on_sagemaker = "SM_MODEL_DIR" in env or "SM_CHANNEL_TRAIN" in env
     data_file = None
@@ -87,7 +88,7 @@ def job_paths(checkpoint_dir: str = "", env: Mapping[str, str] | None = None) ->
                 f"the train channel {channel} holds no .csv file: upload the series CSV "
                 "(data/seattle_hourly_temperature_2010.csv or one in its format) to that S3 prefix"
             )
-        data_file = csvs[0]
+        data_file = csvs[0] if len(csvs) == 1 else joined_csv(csvs)
     # In a job the model folder is /opt/ml/model and the checkpoints /opt/ml/checkpoints: the latter is found
     # next to the former, so that a rehearsal of the job (utils.rehearsal), whose /opt/ml is a folder of
     # its own, never writes this machine's /opt/ml.
@@ -102,6 +103,32 @@ def job_paths(checkpoint_dir: str = "", env: Mapping[str, str] | None = None) ->
         output_dir=Path(env["SM_OUTPUT_DATA_DIR"]) if env.get("SM_OUTPUT_DATA_DIR") else None,
         checkpoint_dir=Path(ckpt) if ckpt else None,
     )
+
+
+def joined_csv(parts: Sequence[Path]) -> Path:
+    """One CSV of a channel's several files (a series uploaded in parts), joined in name order with one header, in a
+    new temporary folder: a script reads the whole channel, not its first file. Parts with different headers are
+    refused."""
+    import tempfile
+
+    header, rows = None, []
+    for part in parts:
+        lines = Path(part).read_text().splitlines(keepends=True)
+        if not lines:
+            continue
+        if header is None:
+            header = lines[0]
+        elif lines[0] != header:
+            raise ValueError(
+                f"the train channel's files do not share one header ({parts[0].name}: {header.strip()!r}, "
+                f"{Path(part).name}: {lines[0].strip()!r}): upload one series, in one file or in parts of it"
+            )
+        rows += lines[1:]
+        if rows and not rows[-1].endswith("\n"):
+            rows[-1] += "\n"
+    target = Path(tempfile.mkdtemp(prefix="channel-")) / "train.csv"
+    target.write_text((header or "") + "".join(rows))
+    return target
 
 
 @dataclass
@@ -184,3 +211,29 @@ def set_tf_config(env: MutableMapping[str, str] | None = None) -> Cluster:
     base = int(env["MWMS_BASE_PORT"]) if env.get("MWMS_BASE_PORT") else None
     env["TF_CONFIG"] = json.dumps(tf_config_from_cluster(found, base))
     return found
+
+
+def expected_world_size(env: Mapping[str, str] | None = None) -> int | None:
+    """The ranks an MPI job asks for: SM_HOST_COUNT × process_count_per_node (SM_DISTRIBUTED_CONFIG, else SM_NUM_GPUS,
+    else 1, as SDK v3's mpi_driver counts them); None outside a SageMaker MPI job."""
+    env = os.environ if env is None else env
+    if not env.get("SM_HOST_COUNT") or not env.get("SM_DISTRIBUTED_CONFIG"):
+        return None
+    try:
+        config = json.loads(env["SM_DISTRIBUTED_CONFIG"]) or {}
+        per_node = int(config.get("process_count_per_node") or 0) or int(env.get("SM_NUM_GPUS") or 0) or 1
+        return int(env["SM_HOST_COUNT"]) * per_node
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def check_world_size(size: int, env: Mapping[str, str] | None = None) -> None:
+    """Stop a job whose launcher started another number of ranks than it asks for (SDK v3's mpi_driver passes
+    `-np process_count_per_node`, so without a correcting `-np` a job of H instances runs on one): one line that says
+    what to do, instead of paying for H instances and training on one."""
+    expected = expected_world_size(env)
+    if expected is not None and size != expected:
+        raise SystemExit(
+            f"this job runs {size} rank(s) but asks for {expected} (SM_HOST_COUNT × process_count_per_node): the "
+            f"mpirun line's -np is wrong. Add -np {expected} to MPI(mpi_additional_options=[...]) (the last -np wins)"
+        )

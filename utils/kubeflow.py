@@ -67,6 +67,12 @@ SSHD = ["/usr/sbin/sshd", "-De"]  # an MPIJob worker's program (mpi_job_controll
 # Cluster Autoscaler removes a node once it has been unneeded this long (--scale-down-unneeded-time's default;
 # kubernetes/autoscaler cluster-autoscaler/FAQ.md, "How does scale-down work?": "unneeded for more than 10 minutes").
 SCALE_DOWN_UNNEEDED_MINUTES = 10.0
+#: The autoscalers the cost comparison shows, each with the minutes it leaves an unneeded node: Cluster Autoscaler at
+#: its default, and Karpenter (which EKS Auto Mode builds on: Amazon EKS User Guide, "Scale cluster compute with
+#: Karpenter and Cluster Autoscaler", https://docs.aws.amazon.com/eks/latest/userguide/autoscaling.html), which
+#: removes an empty node after its NodePool's `disruption.consolidateAfter`, a per-pool setting
+#: (https://karpenter.sh/docs/concepts/disruption/): 1 minute here is an example value, not a default.
+AUTOSCALERS = {"Cluster Autoscaler (default delay)": SCALE_DOWN_UNNEEDED_MINUTES, "Karpenter, consolidateAfter 1m": 1.0}
 
 
 # ---- the jobs' images ---------------------------------------------------------------------------------------------
@@ -123,6 +129,47 @@ TF_IMAGE = JobImage(f"{REGISTRY}/forecaster:tf2.21-course", AWS_TF_IMAGE)  # the
 HVD_IMAGE = JobImage(f"{REGISTRY}/tensorflow-horovod:2.21-gpu-py312-horovod0.28.1-course", HOROVOD_IMAGE)  # MPIJob's
 
 
+#: The NVIDIA device plugin's extended resource: a container gets GPUs only by requesting it (Kubernetes, "Schedule
+#: GPUs", https://kubernetes.io/docs/tasks/manage-gpus/scheduling-gpus/); a pod without it is given none by the
+#: scheduler, and AWS's CUDA image (NVIDIA_VISIBLE_DEVICES=all) may then use a node's GPUs that nobody counted.
+GPU_RESOURCE = "nvidia.com/gpu"
+#: The EFA device plugin's resource (Amazon EKS User Guide, "Run machine learning training on Amazon EKS with Elastic
+#: Fabric Adapter", https://docs.aws.amazon.com/eks/latest/userguide/node-efa.html): EFA interfaces for the pod, on
+#: instance types that have them (p3dn.24xlarge, p4d, p5; not p3.2xlarge).
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+#: The well-known node label of an instance's type, which EKS sets on every node (Kubernetes, "Well-Known Labels,
+#: Annotations and Taints", node.kubernetes.io/instance-type).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+#: GPU node groups are often tainted so that only pods that ask for GPUs land there; tolerating the taint is harmless
+#: where there is none.
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def gpu_image(image: str) -> bool:
+    """Whether `image` is a GPU (CUDA) image: the course's two (built on AWS's -gpu- images) or a tag naming gpu/cuda."""
+    tag = image.rsplit("/", 1)[-1]
+    return image in (TF_IMAGE.name, HVD_IMAGE.name, AWS_TF_IMAGE, HOROVOD_IMAGE) or bool(re.search(r"gpu|cuda", tag))
+
+
+def _gpu_placement(pod: dict[str, Any], instance_type: str | None) -> None:
+    """A GPU pod's node selector (the instance type, if given) and the GPU taint's toleration."""
+    if instance_type:
+        pod["nodeSelector"] = {INSTANCE_TYPE_LABEL: instance_type}
+    pod["tolerations"] = [dict(GPU_TOLERATION)]
+
+
+def _gpu_notes(kind: str, rtype: str, container: dict[str, Any]) -> list[str]:
+    """A note when a container of a GPU image requests no GPU."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    if gpu_image(container.get("image") or "") and not limits.get(GPU_RESOURCE):
+        return [
+            f"{rtype}: the image {container.get('image')} is a GPU image, but the container requests no "
+            f"{GPU_RESOURCE}: the scheduler gives it no GPU, so it trains on CPU or on GPUs nobody counted; add "
+            f"resources.limits {{{GPU_RESOURCE}: n}} ({kind})"
+        ]
+    return []
+
+
 class ManifestError(ValueError):
     """A manifest the operator would refuse, or that could not run: every problem, each with its field."""
 
@@ -148,31 +195,44 @@ def tfjob(
     cpu: str | None = None,
     memory: str | None = None,
     checkpoints: str | None = None,
+    gpus: int = 0,
+    instance_type: str | None = None,
+    efa: int = 0,
+    model_dir: str | None = None,
 ):
     """A TFJob as the kubeflow-training SDK builds one (utils.get_container_spec, get_pod_template_spec,
     get_tfjob_template): one container named `tensorflow`, the same pod template for every replica type.
     `command` + `args` become the container's `args`, so the image's ENTRYPOINT still runs first and executes them
     (a `command:` would replace it: Kubernetes, "Define a Command and Arguments for a Container").
-    `checkpoints`: a PersistentVolumeClaim (shared by every pod, e.g. on Amazon EFS) mounted at /mnt/checkpoints."""
+    `checkpoints`: a PersistentVolumeClaim (shared by every pod, e.g. on Amazon EFS) mounted at /mnt/checkpoints.
+    `gpus`: nvidia.com/gpu per replica (the device plugin's resource; a pod without it gets no GPU), with a node
+    selector on `instance_type` and the GPU taint tolerated; `efa`: EFA interfaces per replica (types that have them).
+    `model_dir`: where the chief saves the trained model, as SM_MODEL_DIR (the scripts save only when it is set; on
+    SageMaker it is /opt/ml/model): a folder on the checkpoint volume, so that the model outlives the pods."""
     from kubeflow.training.utils import utils as sdk
     from kubernetes import client
 
-    resources = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v}
+    resources = {k: v for k, v in (("cpu", cpu), ("memory", memory), (GPU_RESOURCE, gpus), (EFA_RESOURCE, efa)) if v}
+    env = {"PYTHONPATH": CODE_IN_IMAGE, "PYTHONUNBUFFERED": "1"} | ({"SM_MODEL_DIR": model_dir} if model_dir else {})
     container = sdk.get_container_spec(
         name=TF_CONTAINER,
         base_image=image,
         args=[*command, *(args or [])],  # not `command`, which would replace the image's ENTRYPOINT
         resources=resources or None,
-        env_vars={"PYTHONPATH": CODE_IN_IMAGE, "PYTHONUNBUFFERED": "1"},
+        env_vars=env,
         volume_mounts=[client.V1VolumeMount(name="checkpoints", mount_path=CHECKPOINTS)] if checkpoints else None,
     )
     container.working_dir = CODE_IN_IMAGE
     claim = client.V1PersistentVolumeClaimVolumeSource(claim_name=checkpoints) if checkpoints else None
     volumes = [client.V1Volume(name="checkpoints", persistent_volume_claim=claim)] if checkpoints else None
+    template = sdk.get_pod_template_spec(containers=[container], volumes=volumes)
+    if gpus:
+        template.spec.node_selector = {INSTANCE_TYPE_LABEL: instance_type} if instance_type else None
+        template.spec.tolerations = [client.V1Toleration(**GPU_TOLERATION)]
     job = sdk.get_tfjob_template(
         name=name,
         namespace=namespace,
-        pod_template_spec=sdk.get_pod_template_spec(containers=[container], volumes=volumes),
+        pod_template_spec=template,
         num_workers=workers,
         num_chief_replicas=chief or None,
     )
@@ -191,21 +251,43 @@ def mpijob(
     namespace: str = "default",
     restart_policy: str = "OnFailure",
     clean_pod_policy: str = "Running",
+    gpus_per_worker: int = 0,
+    instance_type: str | None = None,
+    efa: int = 0,
+    checkpoints: str | None = None,
 ) -> dict[str, Any]:
     """An MPIJob v2beta1 for Horovod: a launcher that runs `command` (an mpirun line) and workers that run
     `/usr/sbin/sshd -De`, both as the container's `args`, so that the image's ENTRYPOINT runs first. (The operator
     itself gives a worker `command: [/usr/sbin/sshd, -De]` only when its container has neither command nor args,
     newWorker, and that command would replace the ENTRYPOINT.) mpi-operator's own v2beta1 SDK (kubeflow-mpi) is not
-    on the package index: the pod templates are the kubernetes client's models; the rest follows the CRD."""
+    on the package index: the pod templates are the kubernetes client's models; the rest follows the CRD.
+    `gpus_per_worker`: nvidia.com/gpu of each worker pod, one per slot (slotsPerWorker ranks run there), with a node
+    selector on `instance_type` and the GPU taint tolerated; the launcher only runs mpirun and gets none (the
+    operator blanks NVIDIA_VISIBLE_DEVICES there). `efa`: EFA interfaces per worker. `checkpoints`: a
+    PersistentVolumeClaim mounted at /mnt/checkpoints on every worker (the ranks run there; rank 0 writes)."""
     from kubernetes import client
 
-    def template(container) -> dict[str, Any]:
-        pod = client.V1PodTemplateSpec(spec=client.V1PodSpec(containers=[container]))
-        return client.ApiClient().sanitize_for_serialization(pod)
+    mounts = [client.V1VolumeMount(name="checkpoints", mount_path=CHECKPOINTS)] if checkpoints else None
+    volumes = None
+    if checkpoints:
+        claim = client.V1PersistentVolumeClaimVolumeSource(claim_name=checkpoints)
+        volumes = [client.V1Volume(name="checkpoints", persistent_volume_claim=claim)]
+
+    def template(container, gpus: int = 0) -> dict[str, Any]:
+        spec = client.V1PodSpec(containers=[container], volumes=volumes if container.name == "worker" else None)
+        if gpus:
+            spec.node_selector = {INSTANCE_TYPE_LABEL: instance_type} if instance_type else None
+            spec.tolerations = [client.V1Toleration(**GPU_TOLERATION)]
+        return client.ApiClient().sanitize_for_serialization(client.V1PodTemplateSpec(spec=spec))
 
     env = [client.V1EnvVar(name="PYTHONPATH", value=CODE_IN_IMAGE)]
     launcher = client.V1Container(name="launcher", image=image, args=command, env=env, working_dir=CODE_IN_IMAGE)
-    worker = client.V1Container(name="worker", image=image, args=SSHD, env=env, working_dir=CODE_IN_IMAGE)
+    worker = client.V1Container(
+        name="worker", image=image, args=SSHD, env=env, working_dir=CODE_IN_IMAGE, volume_mounts=mounts
+    )
+    limits = {k: v for k, v in ((GPU_RESOURCE, gpus_per_worker), (EFA_RESOURCE, efa)) if v}
+    if limits:  # extended resources: requests default to the limits
+        worker.resources = client.V1ResourceRequirements(limits=limits)
     return {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -217,7 +299,11 @@ def mpijob(
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": restart_policy, "template": template(launcher)},
-                "Worker": {"replicas": workers, "restartPolicy": restart_policy, "template": template(worker)},
+                "Worker": {
+                    "replicas": workers,
+                    "restartPolicy": restart_policy,
+                    "template": template(worker, gpus_per_worker),
+                },
             },
         },
     }
@@ -350,6 +436,9 @@ def check_tfjob(job: Any) -> list[str]:
             )
         elif spec["restartPolicy"] == "Always":
             notes.append(f"{rtype}: restartPolicy Always is not played: the played kubelet treats it as Never")
+    for rtype, spec in specs.items():
+        for c in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []:
+            notes += _gpu_notes("TFJob", rtype, c)
     if backoff is not None:
         notes.append(
             f"runPolicy.backoffLimit {backoff}: the job fails once the restarts of its running pods add up to "
@@ -434,7 +523,28 @@ def check_mpijob(job: dict[str, Any]) -> list[str]:
         problems.append(f"spec.runPolicy.backoffLimit: Invalid value: {backoff}: must be greater than or equal to 0")
     if problems:
         raise ManifestError("MPIJob", problems)
-    return []
+    notes = []
+    for c in replicas_spec.get("Worker", {}).get("template", {}).get("spec", {}).get("containers") or []:
+        notes += _gpu_notes("MPIJob", "Worker", c)
+        gpus = ((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE)
+        if gpus and slots and int(gpus) != slots:
+            notes.append(
+                f"Worker: {gpus} {GPU_RESOURCE} for slotsPerWorker {slots}: give each worker one GPU per slot "
+                "(each rank Horovod starts there takes one GPU)"
+            )
+    for c in replicas_spec.get("Launcher", {}).get("template", {}).get("spec", {}).get("containers") or []:
+        line = [*(c.get("command") or []), *(c.get("args") or [])]
+        if "mpirun" in [Path(t).name for t in line[:1]]:
+            forwarded = {line[i + 1].split("=")[0] for i, t in enumerate(line[:-1]) if t == "-x"}
+            missing = [v for v in ("PATH", "PYTHONPATH") if v not in forwarded]
+            if missing:
+                notes.append(
+                    f"Launcher: the mpirun line does not forward {', '.join(missing)}: ranks started over ssh on the "
+                    "workers get none of the container's variables, so their `python` is not the image's and the "
+                    f"course's code does not import; add {' '.join('-x ' + v for v in missing)} (mpi-operator's own "
+                    "examples pass -x LD_LIBRARY_PATH -x PATH)"
+                )
+    return notes
 
 
 # ---- what the operators give every pod --------------------------------------------------------------------------
@@ -584,6 +694,14 @@ def mpi_pods(job: dict[str, Any]) -> list[Pod]:
             continue
         container = spec["template"]["spec"]["containers"][0]
         command = [*(container.get("command") or []), *(container.get("args") or [])]
+        volumes = {
+            v["name"]: v["persistentVolumeClaim"]["claimName"]
+            for v in spec["template"]["spec"].get("volumes") or []
+            if v.get("persistentVolumeClaim")
+        }
+        claims = {
+            vm["mountPath"]: volumes[vm["name"]] for vm in container.get("volumeMounts") or [] if vm["name"] in volumes
+        }
         for i in range(spec["replicas"]):
             pod = f"{name}-launcher" if rtype == "Launcher" else f"{name}-worker-{i}"
             env = {e["name"]: e.get("value", "") for e in container.get("env") or []}
@@ -605,6 +723,7 @@ def mpi_pods(job: dict[str, Any]) -> list[Pod]:
                     restart_policy=spec.get("restartPolicy") or "Never",
                     working_dir=container.get("workingDir", ""),
                     files=files,
+                    claims=claims,
                     job=name,
                     kind="MPIJob",
                     namespace=namespace,
@@ -665,10 +784,29 @@ def _exit_codes(output: dict[str, str]) -> dict[str, list[int]]:
     return {name: _pod_line(text).get("exit_codes", []) for name, text in output.items()}
 
 
+#: Where the jobs' images keep their Python: AWS's TensorFlow 2.21 image puts its virtual environment's bin folder
+#: first on the image's PATH (docker/horovod/Dockerfile, where that was read). A container started from the image
+#: has that PATH; an ssh session into it does not (sshd gives a session its own default PATH).
+IMAGE_VENV_BIN = "/opt/venv/bin"
+#: What an MPIJob's mpirun line must forward to ranks it starts over ssh on the worker pods, which inherit none of
+#: the container's variables: mpi-operator's own examples pass `-x LD_LIBRARY_PATH -x PATH`
+#: (kubeflow/mpi-operator examples/v2beta1/horovod/tensorflow-mnist.yaml), and the course's scripts also need the
+#: image's PYTHONPATH (/opt/course, docker/eks/Dockerfile).
+MPI_FORWARD = ["-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "PYTHONPATH"]
+
+
+def container_path() -> str:
+    """A container's PATH on a lab host: this environment's bin folder standing in for the image's /opt/venv/bin,
+    then this machine's PATH (where mpirun, ssh and the rest are)."""
+    return os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", os.defpath)])
+
+
 def local_command(command: list[str]) -> list[str]:
-    """A container command as it runs on a lab host: the image's `python` is this environment's Python (the
-    image would hold the same packages); everything else, the paths under /opt/course included, is unchanged."""
-    return [sys.executable if Path(t).name in ("python", "python3") else t for t in command]
+    """A container command as it runs on a lab host: a program under the image's /opt/venv/bin is this
+    environment's (the image would hold the same packages); a bare `python` is found on the container's PATH
+    (container_path), as in the image; everything else, the paths under /opt/course included, is unchanged."""
+    here = str(Path(sys.executable).parent)
+    return [here + t[len(IMAGE_VENV_BIN) :] if t.startswith(IMAGE_VENV_BIN + "/") else t for t in command]
 
 
 def _pod_command(pod: Pod, limit: int, state: Path) -> list[str]:
@@ -783,7 +921,10 @@ def rehearse(
                 lab.mount(i, volume, str(Path(target).parent))
         extra: dict[str, str] = {}
         if sshd:
-            config = lab.start_sshd(envs=[p.env for p in pods])
+            # An MPIJob's worker runs `sshd -De`: a session into it gets sshd's default PATH and none of the container's
+            # variables (mpi-operator writes no /etc/environment and sets no SetEnv), so its ranks get only what the
+            # launcher's mpirun forwards with -x. (The lab's own variables, its host index, stay: they are the lab's.)
+            config = lab.start_sshd(envs=[{} for _ in pods])
             # the operator's ssh options, with the lab's keys and host names (OMPI_MCA_plm_rsh_args)
             extra["OMPI_MCA_plm_rsh_args"] = f"-F {config} " + runs[0].env.get("OMPI_MCA_plm_rsh_args", "")
         watcher = None
@@ -797,7 +938,7 @@ def rehearse(
                 result = lab.run(
                     [_pod_command(p, max_restarts, state) for p in runs],
                     hosts=[pods.index(p) for p in runs],
-                    envs=[{**p.env, **extra} for p in runs],
+                    envs=[{"PATH": container_path(), **p.env, **extra} for p in runs],  # the image's PATH first
                     timeout=timeout,
                     stream=shown,
                     names=[p.name for p in runs],
@@ -917,7 +1058,8 @@ def rehearse_on_loopback(
                 **{**pod.__dict__, "command": [local(t) for t in pod.command], "working_dir": local(pod.working_dir)}
             )
             commands.append(_pod_command(moved, max_restarts, state))
-            envs.append(launch._base_env(1, uuid.uuid4().hex, {k: local(v) for k, v in pod.env.items()}))
+            own = {"PATH": container_path()} | {k: local(v) for k, v in pod.env.items()}
+            envs.append(launch._base_env(1, uuid.uuid4().hex, own))
         run_id = uuid.uuid4().hex
         for env in envs:
             env[launch.RUN_MARKER] = run_id
@@ -1012,41 +1154,58 @@ def engines(
     runs_per_day: int = 24,
     startup_minutes: float = 0.0,
     system_node: str = "m5.xlarge",
-    scale_down_minutes: float = SCALE_DOWN_UNNEEDED_MINUTES,
+    scale_down_minutes: float | None = None,
+    autoscalers: dict[str, float] | None = None,
+    sagemaker_startup_minutes: float | None = None,
 ):
     """A day of an hourly job of `instances` × `instance` running `hours_per_run` each time, on three engines,
-    priced from the data files (a pandas DataFrame; NaN where no sourced price exists). An EKS cluster also keeps
-    one `system_node` up for CoreDNS, the operators and the autoscaler; nodes started for each run are billed for
-    `startup_minutes` more (joining the cluster, pulling the image), and stay until the autoscaler has seen them
-    unneeded for `scale_down_minutes` (`node_minutes`; Cluster Autoscaler's default 10), or for the whole day when
-    the gap between runs is shorter than that. Not priced: EFS storage and throughput, data transfer (a NAT gateway
-    for image pulls), SageMaker's own start-up, a node's deletion time."""
+    priced from the data files (a pandas DataFrame; NaN where no sourced price exists).
+
+    Start-up is billed on both: an EKS node from its launch (joining the cluster, pulling the image:
+    `startup_minutes`), a SageMaker job from its TrainingStartTime, which counts downloading the data and the image
+    (DescribeTrainingJob, TrainingStartTime): `sagemaker_startup_minutes`, the same minutes unless given. An EKS
+    cluster also keeps one `system_node` up for CoreDNS, the operators and the autoscaler; nodes started for each run
+    stay until the autoscaler has seen them unneeded for its delay (`node_minutes`), or for the whole day when the gap
+    between runs is shorter than that: one row per autoscaler of `autoscalers` ({name: minutes}; AUTOSCALERS unless
+    given; `scale_down_minutes` alone means one, Cluster Autoscaler with that delay). Not priced: EFS storage and
+    throughput, data transfer (a NAT gateway for image pulls), a node's deletion time. HyperPod: no sourced price
+    (its row says what it bills)."""
     import pandas as pd
 
+    if autoscalers is None:
+        autoscalers = dict(AUTOSCALERS) if scale_down_minutes is None else {"Cluster Autoscaler": scale_down_minutes}
+    sm_startup = startup_minutes if sagemaker_startup_minutes is None else sagemaker_startup_minutes
     p = prices()
     ml, ec2, eks = p[f"ml.{instance}"], p[f"ec2 {instance}"], p["eks control plane (standard support)"]
     eks += p[f"ec2 {system_node}"]  # the cluster's always-on part: control plane and one system node
-    busy = instances * hours_per_run * runs_per_day  # instance-hours of training a day
-    nodes = node_minutes(hours_per_run, runs_per_day, startup_minutes, scale_down_minutes)
-    autoscaled = instances * nodes["billed"] / 60 * runs_per_day  # node-hours a day: start-up, run, scale-down delay
+    billed_sm = instances * (hours_per_run + sm_startup / 60) * runs_per_day  # instance-hours billed a day
     rows = [
         {
             "engine": "SageMaker training jobs",
-            "$ a day": busy * ml,
+            "$ a day": billed_sm * ml,
             "$ a day while idle": 0.0,
             "the team operates": "nothing between jobs; the image (Horovod) and the schedule",
             "spot": "managed spot training; checkpoints synced to S3 by SageMaker",
             "change to the course's scripts": "none (lesson 07)",
-        },
-        {
-            "engine": "EKS + Kubeflow, autoscaler removing idle nodes",
-            "$ a day": autoscaled * ec2 + 24 * eks,
-            "$ a day while idle": 24 * eks,
-            "the team operates": "the cluster, node groups, autoscaler, Training Operator (its MPIJob off), mpi-operator, upgrades",
-            "spot": "spot node groups; a reclaimed node's pods are created again on a new node (minutes), and "
-            "resume from checkpoints on a shared volume",
-            "change to the course's scripts": "none: TF_CONFIG from the operator; the TFJob and MPIJob manifests",
-        },
+        }
+    ]
+    for name, minutes in autoscalers.items():
+        nodes = node_minutes(hours_per_run, runs_per_day, startup_minutes, minutes)
+        autoscaled = instances * nodes["billed"] / 60 * runs_per_day  # node-hours a day: start-up, run, the delay
+        rows.append(
+            {
+                "engine": f"EKS + Kubeflow, {name} ({minutes:g} min)",
+                "$ a day": autoscaled * ec2 + 24 * eks,
+                "$ a day while idle": 24 * eks,
+                "the team operates": "the cluster, node groups, autoscaler, Training Operator (its MPIJob off), "
+                "mpi-operator, upgrades",
+                "spot": "spot node groups; a reclaimed node's pods are created again on a new node (minutes), and "
+                "resume from checkpoints on a shared volume",
+                "change to the course's scripts": "none to the code; the manifests set SM_MODEL_DIR (the scripts save a "
+                "model only there), GPUs, and the MPIJob's -x PATH -x PYTHONPATH",
+            }
+        )
+    rows += [
         {
             "engine": "EKS + Kubeflow, nodes kept running",
             "$ a day": instances * 24 * ec2 + 24 * eks,
@@ -1060,7 +1219,10 @@ def engines(
             "$ a day": float("nan"),
             "$ a day while idle": float("nan"),
             "the team operates": "the cluster's software and jobs; AWS watches and replaces failed nodes",
-            "spot": "not covered here (no sourced HyperPod price in data/ either)",
+            "spot": "Spot capacity per instance group (ClusterCapacityRequirements.Spot); billed for the capacity "
+            "allocated, so an idle cluster pays all its instances unless HyperPod-EKS's managed Karpenter scales "
+            "them to zero. No sourced HyperPod price in data/; and ml.p3 is not a HyperPod type (botocore's "
+            "ClusterInstanceType lists ml.g5, ml.p4d, ml.p5, ...)",
             "change to the course's scripts": "Slurm: srun or mpirun lines; EKS: the TFJob and MPIJob of this lesson "
             "(its Helm chart installs the Training Operator, MPIJob off, and mpi-operator), and the EKS control-plane fee",
         },

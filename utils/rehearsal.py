@@ -29,7 +29,9 @@ Either way:
 - Each process runs with this Python in its instance's code folder, PYTHONPATH = that folder only: as in
   the container, the course repository is not importable, so a module missing from the code channel fails
   here too. `requirements` are not installed; Pipe mode is refused; FastFile is rehearsed as File.
-- Checkpoints are synced at the end of an attempt and when it is interrupted, not continuously.
+- Checkpoints are synced at the end of an attempt and when it is interrupted, not continuously; whatever is under
+  CheckpointConfig.S3Uri is restored at the start of every attempt, as SageMaker restores it into every job that
+  names that URI (so two jobs that share a checkpoint prefix share their epochs).
 """
 
 from __future__ import annotations
@@ -496,8 +498,10 @@ def rehearse(
         would) as soon as the chief's checkpoint of epoch k is complete (utils.checkpoint.latest), the
         checkpoints are synced to S3 and the result says `interrupted`; k must be below the job's epochs (a
     reclaim after the last checkpoint is rehearsed as a finished job rehearsed again with `resume=True`).
-        With `resume=True` (a restarted job), everything under CheckpointConfig.S3Uri is first downloaded into
-        every instance's checkpoint folder. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
+        As SageMaker does, everything under CheckpointConfig.S3Uri is downloaded into every instance's checkpoint
+        folder before every start, a restart or a new job that names the same URI (AWS, "Resume training from a
+        checkpoint": the checkpoints "are restored ... in each instance of the new training job"); `resume=True`
+        only insists that there is something to restore. The run is bounded by `timeout` and MaxRuntimeInSeconds. With
         `launch_job=False` the instances are laid out (folders, config files, channels) and nothing is started.
         `where` (see placement): on the lab, instance i is host algo-i with the folder as its own /opt/ml, links
         shaped to `bandwidth` (None: unshaped), and an MPI job's mpirun line is run by Open MPI over ssh.
@@ -525,8 +529,13 @@ def rehearse(
         shutil.rmtree(folder, ignore_errors=True)  # a new instance keeps nothing of an earlier attempt
         _lay_out(s3, folder, hosts, i, request, channels, on_lab)
         ckpt_dirs[i].mkdir(parents=True, exist_ok=True)
-        if resume:
-            _download(s3, ckpt_uri, _keys(s3, ckpt_uri), ckpt_dirs[i])
+        if ckpt:  # SageMaker restores the URI into every job that names it, not only into a restart
+            restored = _keys(s3, ckpt_uri)
+            if resume and not restored:
+                raise ValueError(
+                    f"resume=True, but there is nothing under {ckpt_uri} to resume from: run the job first"
+                )
+            _download(s3, ckpt_uri, restored, ckpt_dirs[i])
 
     if not launch_job:
         return Rehearsal(

@@ -113,6 +113,15 @@ class JobConfig:
     mlflow_experiment: str = "course"
     #: your account's "Maximum number of instances per training job" quota, if it was raised above the default
     instance_quota: int = INSTANCES_PER_JOB_QUOTA
+    #: resume an earlier job on purpose: the run id at the end of its checkpoint prefix (checkpoint_uri); empty, every
+    #: job gets a prefix of its own, since SageMaker restores a prefix into every job that names it
+    resume_run: str = ""
+    #: managed warm pool: keep the instances this many minutes after the job for the next one (0-60; billed while kept)
+    keep_alive_minutes: int = 0
+    #: RetryStrategy.MaximumRetryAttempts: SageMaker restarts a job that failed on an internal error (0 = none, 1-30)
+    retries: int = 0
+    #: InfraCheckConfig.EnableInfraCheck: SageMaker checks the instances' hardware and network before training
+    infra_check: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -134,6 +143,12 @@ class JobConfig:
             raise ValueError(
                 "the MWMS script runs one worker per instance (it uses every device of its instance): "
                 "leave processes per host at 1"
+            )
+        if self.sharded and self.kind in ("mwms", "horovod"):
+            raise ValueError(
+                f"the {self.kind} script shards the whole dataset itself (by worker or rank) and needs every instance "
+                "to receive all of it: ShardedByS3Key would give each instance only some of the channel's files, "
+                "and the workers would train on different data. Leave sharded off (FullyReplicated)"
             )
         if self.input_mode not in INPUT_MODES:
             raise ValueError(f"input mode {self.input_mode!r} is not one of {', '.join(INPUT_MODES)}")
@@ -157,13 +172,21 @@ class JobConfig:
                 f"max_wait_hours ({self.max_wait_hours}) must be at least max_hours ({self.max_hours}): "
                 "the wait for spot capacity includes the training time"
             )
+        if self.resume_run and not (self.with_checkpoints and RUN_ID.fullmatch(self.resume_run)):
+            raise ValueError(
+                f"resume_run={self.resume_run!r}: give the run id at the end of an earlier job's checkpoint prefix "
+                "(letters, digits, '.', '_' or '-'), for a job with checkpoints (spot=True or checkpoints=True)"
+            )
         if bool(self.subnets) != bool(self.security_groups):
             raise ValueError("a VPC needs both subnets and security groups: give both or neither")
         for name in ("epochs", "batch-size", "batch_size"):
             value = self.hyperparameters.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
-        price(self.instance_type)  # an unknown type fails here, naming the price file
+        for name, value, top in (("keep_alive_minutes", self.keep_alive_minutes, 60), ("retries", self.retries, 30)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+                raise ValueError(f"{name} must be a whole number from 0 to {top}, got {value!r}")
+        price(self.instance_type, region=self.region)  # an unknown type or region fails here, naming the price file
         table = prices()
         storage = int(table.loc[self.instance_type, "local_storage_gb"])
         if self.kms_key and storage > 0:
@@ -209,14 +232,22 @@ def prices(path: Path | None = None) -> pd.DataFrame:
     return pd.read_csv(path).set_index("instance_type")
 
 
-def price(instance_type: str, path: Path | None = None) -> float:
-    """On-demand US dollars per hour of one instance of `instance_type`."""
+def price(instance_type: str, path: Path | None = None, region: str = REGION) -> float:
+    """On-demand US dollars per hour of one instance of `instance_type` in `region`; a type or region with no
+    recorded price is an error, never another region's price."""
     path = Path(path or PRICE_FILE)
     table = prices(path)
     if instance_type not in table.index:
         raise ValueError(
             f"no price for instance type {instance_type!r} in {path}: use one of {', '.join(table.index)}, "
             "or add a row for it with its source"
+        )
+    recorded = str(table.loc[instance_type, "region"])
+    if recorded != region:
+        raise ValueError(
+            f"the price of {instance_type} recorded in {path} is {recorded}'s, not {region}'s (prices differ by "
+            f"region): add a row for {region} with its source (https://aws.amazon.com/sagemaker-ai/pricing/), or "
+            f"price the job in {recorded}"
         )
     return float(table.loc[instance_type, "usd_per_hour"])
 
@@ -230,29 +261,33 @@ class CostEstimate:
     max_hours: float
     usd_per_hour: float
     spot: bool
+    keep_alive_hours: float = 0.0  # a managed warm pool's instances, billed while kept after the job
 
     @property
     def worst_case_usd(self) -> float:
-        """Instances × hours × on-demand rate: a spot job is billed at most this (spot never costs more)."""
-        return self.instances * self.max_hours * self.usd_per_hour
+        """Instances × (hours + warm-pool hours) × on-demand rate: a spot job is billed at most this."""
+        return self.instances * (self.max_hours + self.keep_alive_hours) * self.usd_per_hour
 
     def line(self) -> str:
         kind = " (managed spot: billed at the spot price, at most this)" if self.spot else ""
+        kept = f" + {self.keep_alive_hours * 60:g} min kept in a warm pool" if self.keep_alive_hours else ""
         return (
             f"{self.instances} × {self.instance_type} at ${self.usd_per_hour:.3f}/h for at most "
-            f"{self.max_hours:g} h = at most ${self.worst_case_usd:,.2f}{kind}"
+            f"{self.max_hours:g} h{kept} = at most ${self.worst_case_usd:,.2f}{kind}"
         )
 
 
-def estimate(request: Mapping[str, Any]) -> CostEstimate:
-    """The cost bound of a captured CreateTrainingJob request (its instances and MaxRuntimeInSeconds)."""
+def estimate(request: Mapping[str, Any], region: str = REGION) -> CostEstimate:
+    """The cost bound of a captured CreateTrainingJob request in `region` (its instances, MaxRuntimeInSeconds, which
+    covers every retry of a RetryStrategy, and a warm pool's KeepAlivePeriodInSeconds)."""
     resources = request["ResourceConfig"]
     return CostEstimate(
         instance_type=resources["InstanceType"],
         instances=int(resources["InstanceCount"]),
         max_hours=request["StoppingCondition"]["MaxRuntimeInSeconds"] / 3600,
-        usd_per_hour=price(resources["InstanceType"]),
+        usd_per_hour=price(resources["InstanceType"], region=region),
         spot=bool(request.get("EnableManagedSpotTraining")),
+        keep_alive_hours=resources.get("KeepAlivePeriodInSeconds", 0) / 3600,
     )
 
 
@@ -270,12 +305,12 @@ def check_limit(limit_usd: Any) -> float:
     return float(limit_usd)
 
 
-def check_cost(request: Mapping[str, Any], limit_usd: float) -> CostEstimate:
-    """Refuse a job that could cost more than `limit_usd`; return its estimate otherwise."""
+def check_cost(request: Mapping[str, Any], limit_usd: float, region: str = REGION) -> CostEstimate:
+    """Refuse a job that could cost more than `limit_usd` in `region`; return its estimate otherwise."""
     check_limit(limit_usd)
     if "MaxRuntimeInSeconds" not in request.get("StoppingCondition", {}):
         raise CostLimitError("the request sets no MaxRuntimeInSeconds: a job without one has no cost bound")
-    found = estimate(request)
+    found = estimate(request, region)
     if found.worst_case_usd > limit_usd:
         raise CostLimitError(
             f"refused: {found.line()}, above your limit of ${limit_usd:,.2f}. Lower max_hours or the number "
@@ -481,6 +516,28 @@ def stock_image(instance_type: str, region: str = REGION) -> str:
     )
 
 
+#: What a checkpoint run id may hold: one S3 key segment.
+RUN_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def new_run_id() -> str:
+    """A run id no earlier job has: the UTC time to the second and 6 random hex digits."""
+    import uuid
+
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+def checkpoint_uri(bucket: str, kind: str, run: str) -> str:
+    """The checkpoint prefix of one run of a job kind: s3://<bucket>/checkpoints/course-<kind>/<run>.
+
+    SageMaker copies everything under a job's CheckpointConfig.S3Uri into /opt/ml/checkpoints of every instance of
+    every job that names it, a new job as well as a restarted one (AWS, "Resume training from a checkpoint",
+    https://docs.aws.amazon.com/sagemaker/latest/dg/model-checkpoints-resume.html). A prefix shared by the jobs of a
+    kind would make each job resume the last one's final epoch and train nothing, so each run has its own, and a run
+    is resumed only by naming it (JobConfig.resume_run)."""
+    return f"s3://{bucket}/checkpoints/course-{kind}/{run}"
+
+
 def build_trainer(
     config: JobConfig,
     session: Any,
@@ -545,6 +602,7 @@ def build_trainer(
             instance_count=config.instances,
             enable_managed_spot_training=config.spot or None,
             volume_kms_key_id=config.kms_key,
+            keep_alive_period_in_seconds=config.keep_alive_minutes * 60 or None,
         ),
         networking=networking,
         stopping_condition=StoppingCondition(
@@ -552,11 +610,21 @@ def build_trainer(
             max_wait_time_in_seconds=config.max_wait_seconds,
         ),
         output_data_config=OutputDataConfig(s3_output_path=f"s3://{bucket}/output", kms_key_id=config.kms_key),
-        checkpoint_config=CheckpointConfig(s3_uri=f"s3://{bucket}/checkpoints/course-{config.kind}")
+        checkpoint_config=CheckpointConfig(
+            s3_uri=checkpoint_uri(bucket, config.kind, config.resume_run or new_run_id())
+        )
         if config.with_checkpoints
         else None,
         hyperparameters=hyperparameters,
     )
+    if config.retries:  # MaxRuntimeInSeconds then bounds every attempt together (API: RetryStrategy)
+        from sagemaker.core.training.configs import RetryStrategy
+
+        trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=config.retries))
+    if config.infra_check:
+        from sagemaker.core.training.configs import InfraCheckConfig
+
+        trainer = trainer.with_infra_check_config(InfraCheckConfig(enable_infra_check=True))
     # A Channel, not InputData: ModelTrainer builds every InputData channel in File mode.
     channel = Channel(
         channel_name="train",
@@ -618,9 +686,11 @@ def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob", s
 
 
 def normalized(request: Mapping[str, Any]) -> dict:
-    """The request with its timestamped job name replaced by <job>, so that two requests compare field by field."""
+    """The request with its timestamped job name replaced by <job> and its checkpoint run id by <run>, so that two
+    requests compare field by field."""
     name = request.get("TrainingJobName", "")
     text = json.dumps(request, sort_keys=True, default=str)
+    text = re.sub(r'(/checkpoints/course-[a-z]+/)[A-Za-z0-9._-]+"', r'\1<run>"', text)  # a run id of its own
     return json.loads(text.replace(name, "<job>")) if name else json.loads(text)
 
 
@@ -994,7 +1064,7 @@ def launch_online(
     """
     limit_usd = check_limit(limit_usd)
     with offline_aws(config.region) as aws:
-        check_cost(request_for(config, aws, data_uri=data_uri), limit_usd)
+        check_cost(request_for(config, aws, data_uri=data_uri), limit_usd, config.region)
     boto = check_online_allowed(region=config.region)
     from boto3.exceptions import S3UploadFailedError
     from botocore.exceptions import BotoCoreError, ClientError
@@ -1031,6 +1101,12 @@ def launch_online(
         f"clean up: aws s3 rm --recursive s3://{bucket}/course-{config.kind}/{name}/ "
         f"and s3://{bucket}/output/{name}/ once you have the model"
     )
+    if "CheckpointConfig" in sent[-1]:
+        uri = sent[-1]["CheckpointConfig"]["S3Uri"]
+        print(
+            f"checkpoints: {uri} (resume this run on purpose with resume_run={uri.rsplit('/', 1)[-1]!r}; "
+            "a new job gets a prefix of its own); delete them with aws s3 rm --recursive once it is done"
+        )
     return {"request": sent[-1], "job_name": name}
 
 
@@ -1066,6 +1142,37 @@ def mlflow_server_request(
         pattern = member.metadata.get("pattern")
         if pattern and not re.fullmatch(pattern, value):
             raise ValueError(f"CreateMlflowTrackingServer: {key} {value!r} does not match the API's pattern {pattern}")
+    return request
+
+
+#: The tracking-server versions AWS pairs with an MLflow client ("For tracking server 2.13.x, use mlflow==2.13.2",
+#: "2.16.x ... 2.16.2", "3.0.x ... mlflow==3.0.0": AWS, "Integrate MLflow with your environment",
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-track-experiments.html); the API's model lists none.
+AWS_PAIRED_MLFLOW = {"2.13": "2.13.2", "2.16": "2.16.2", "3.0": "3.0.0"}
+
+
+def aws_pairs_mlflow(version: str) -> bool:
+    """Whether AWS's page pairs a client with tracking-server `version` (its major.minor in AWS_PAIRED_MLFLOW)."""
+    return ".".join(str(version).split(".")[:2]) in AWS_PAIRED_MLFLOW
+
+
+def mlflow_app_request(name: str, role_arn: str, artifact_uri: str, *, account_default: bool = False) -> dict:
+    """The CreateMlflowApp request of a serverless MLflow App, checked against botocore's model and the API's patterns
+    before anything is sent. An App has no size and no version to choose: AWS runs it (DescribeMlflowApp reports
+    its MlflowVersion); `account_default` makes it the account's default MLflow App (AccountDefaultStatus)."""
+    request = {"Name": name, "ArtifactStoreUri": artifact_uri, "RoleArn": role_arn}
+    request["AccountDefaultStatus"] = "ENABLED" if account_default else "DISABLED"
+    validate(request, "CreateMlflowApp")
+    import botocore.session
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateMlflowApp")
+    for key, value in request.items():
+        member = shape.input_shape.members[key]
+        pattern = member.metadata.get("pattern")
+        if member.enum and value not in member.enum:
+            raise ValueError(f"CreateMlflowApp: {key} must be one of {', '.join(member.enum)}, got {value!r}")
+        if pattern and not re.fullmatch(pattern, value):
+            raise ValueError(f"CreateMlflowApp: {key} {value!r} does not match the API's pattern {pattern}")
     return request
 
 
