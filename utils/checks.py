@@ -126,7 +126,8 @@ def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: 
 
 
 def cores_allowed() -> int:
-    """Cores the kernel lets this process run on, read from /proc/self/status (the affinity call elsewhere)."""
+    """Cores the kernel lets this process use at full speed: its affinity mask, read from /proc/self/status (the
+    affinity call elsewhere), capped by a container's CPU quota (cgroup v2 cpu.max)."""
     import os
     import re
 
@@ -137,8 +138,15 @@ def cores_allowed() -> int:
         for part in match.group(1).split(","):
             low, _, high = part.partition("-")
             count += int(high or low) - int(low) + 1
-        return count
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:  # a container's CPU quota (cgroup v2), e.g. docker run --cpus=2, caps what the affinity mask allows
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota.isdigit() and period.isdigit() and int(period):
+            count = max(1, min(count, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
 
 
 def check_usable_cores(answer: int | None) -> bool:
