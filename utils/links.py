@@ -42,7 +42,7 @@ class Rate:
         if self.kind == "baseline":
             return f"{self.instance}, {self.gbps:g} Gb/s baseline (bursts to {self.published_gbps:g})"
         if self.kind == "burst":
-            return f"{self.instance}, {self.gbps:g} Gb/s burst (minutes only)"
+            return f"{self.instance}, {self.gbps:g} Gb/s burst (not sustained)"
         return f"{self.instance}, {self.gbps:g} Gb/s"
 
 
