@@ -709,9 +709,14 @@ def describe_fusion(fusion: FusionProbe, trace: OneDnnTrace, cpu) -> str:
     operations were on, its float16 notice, and the primitives oneDNN logged (`cpu` is an envinfo.CpuInfo)."""
     flags = ", ".join(f for f in ("avx512bw", "avx512_fp16", "amx_fp16", "avx_ne_convert") if cpu.has(f)) or "none"
     if not trace.onednn_on:
+        why = (
+            "as `TF_ENABLE_ONEDNN_OPTS` asks"
+            if os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+            else "TensorFlow's default for this CPU; `TF_ENABLE_ONEDNN_OPTS=1` turns them on"
+        )
         path = (
-            "TensorFlow's oneDNN custom operations were **off** (TensorFlow's default for this CPU; "
-            "`TF_ENABLE_ONEDNN_OPTS=1` turns them on), so no oneDNN float16 kernel was there to fuse into."
+            f"TensorFlow's oneDNN custom operations were **off** ({why}), so no oneDNN float16 kernel was there "
+            "to fuse into."
         )
     elif trace.half_notice:
         path = (
