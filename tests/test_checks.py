@@ -34,7 +34,9 @@ def test_global_batch_of_replicas_tells_workers_from_replicas(capsys):
     # 4 instances x 8 GPUs: 32 replicas of 32 examples each.
     assert checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=1024, workers=4)
     assert not checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=128, workers=4)
-    assert "multiplied by the 4 workers" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    hint = out.splitlines()[-1]  # the hint names neither factor's value nor the answer
+    assert "multiplied by the workers" in hint and "1024" not in hint and "32" not in hint.split("gave 128")[1]
     assert not checks.check_global_batch_of_replicas(per_replica_batch=32, replicas=32, answer=32, workers=4)
     assert "a replica is one device" in capsys.readouterr().out
 
@@ -237,11 +239,17 @@ def test_data_reads_are_judged_against_what_the_run_counted(capsys):
     """Lesson 05's exercise 3: the learner's formula against the lines worker 0 read in the DATA run."""
     run = "DATA, three files"
     records = [{"rank": r, "runs": {run: {"ids": list(range(r, 12, 2)), "lines_read": 12}}} for r in range(2)]
-    assert checks.check_data_reads(lambda n, w: n, records, 12)
-    assert not checks.check_data_reads(lambda n, w: n // w, records, 12)  # what a worker keeps, not what it reads
-    assert not checks.check_data_reads(lambda n, w: None, records, 12)
+    right_fraction = lambda n, w: (w - 1) / w
+    assert checks.check_data_reads(lambda n, w: n, records, 12, right_fraction)
+    assert not checks.check_data_reads(lambda n, w: n // w, records, 12, right_fraction)  # kept, not read
+    assert not checks.check_data_reads(lambda n, w: None, records, 12, right_fraction)
     out = capsys.readouterr().out
     assert "correct: 12" in out and "not quite: you gave 6" in out and "not answered yet" in out
+    # the second part is checked too: a right count with a wrong or missing fraction is not correct
+    assert not checks.check_data_reads(lambda n, w: n, records, 12, lambda n, w: 1 / w / 2)
+    assert not checks.check_data_reads(lambda n, w: n, records, 12)
+    out = capsys.readouterr().out
+    assert "not quite: you gave 0.25" in out and "a fraction between 0 and 1" in out
     failed = [{"rank": 0, "runs": {run: {"error": "boom"}}}]
     try:
         checks.check_data_reads(lambda n, w: n, failed, 12)

@@ -570,3 +570,27 @@ def test_recount_takes_a_deep_dive_marked_since_the_timing_off_the_core_path(tmp
     (tmp_path / "01_t.ipynb").write_text(json.dumps(now))
     with pytest.raises(SystemExit, match=r"01_t.ipynb: the lesson's code differs"):
         time_notebooks.recount(saved, ["01_t.ipynb"], out)
+
+
+@pytest.mark.parametrize(
+    "text, expected", [("200000 100000\n", 2.0), ("150000 100000\n", 1.5), ("max 100000\n", None), ("junk", None)]
+)
+def test_cpu_quota_reads_cgroup_v2(tmp_path, text, expected):
+    (tmp_path / "cpu.max").write_text(text)
+    assert envinfo.cpu_quota(tmp_path) == expected
+    assert envinfo.cpu_quota(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ({"avx512bw", "avx512_fp16"}, True),  # Sapphire Rapids
+        ({"avx512bw", "amx_fp16"}, True),  # Granite Rapids
+        ({"avx_ne_convert"}, True),  # without AVX-512
+        ({"avx512_fp16"}, False),  # AVX512BW missing
+        ({"avx512bw", "avx512_bf16"}, False),  # Zen 4: bfloat16, no float16
+        (set(), False),
+    ],
+)
+def test_onednn_float16_follows_tensorflows_test(flags, expected):
+    assert envinfo.CpuInfo("cpu", 2, 2, flags).onednn_float16 is expected

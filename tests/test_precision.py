@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import needs_horovod
 
-from utils import data, launch, paths, precision
+from utils import data, envinfo, launch, paths, precision
 
 
 def test_float16_limits_by_hand():
@@ -318,3 +318,27 @@ def test_the_layer_dtype_check_builds_the_model_and_restores_the_policy(capsys):
     assert not precision.check_layer_dtypes("float32", "float32")
     assert keras.config.dtype_policy().name == before
     assert "not quite" in capsys.readouterr().out
+
+
+def test_onednn_trace_lines_are_read_into_primitives():
+    lines = [
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,ref:any,undef,src_f16::blocked:ab:f0 wei_f16::blocked:ab:f0 "
+        "dst_f16::blocked:ab:f0,attr-post-ops:eltwise_relu,,256x256:256x256,12.5",
+        "onednn_verbose,v1,primitive,exec,cpu,gemm_api,,undef,src_f32::blocked:ab:f0 wei_f32::blocked:ab:f0,,,16x256,0.1",
+        "onednn_verbose,v1,primitive,exec,cpu,matmul,ref:any,undef,src_f16::blocked:ab:f0,,,256x256,12.0",
+    ]
+    trace = precision.OneDnnTrace(onednn_on=True, half_notice="", exec_lines=lines)
+    assert trace.primitives() == ["matmul ref:any (f16)", "gemm_api (implementation not named) (f32)"]
+    slow = precision.FusionProbe(n=256, eager_s=1e-3, graph_s=50e-3, unfused_s=1.2e-3)
+    text = precision.describe_fusion(slow, trace, envinfo.CpuInfo("cpu", 2, 2, {"avx512bw", "avx512_fp16"}))
+    assert "test passed" in text and "reference implementation" in text and "turns the remapper off" in text
+    off = precision.OneDnnTrace(onednn_on=False, half_notice="", exec_lines=lines[1:2])
+    fast = precision.FusionProbe(n=256, eager_s=1e-3, graph_s=1.1e-3, unfused_s=1e-3)
+    text = precision.describe_fusion(fast, off, envinfo.CpuInfo("cpu", 2, 2, set()))
+    assert "**off**" in text and "computed in float32" in text and "as it comes" in text and "under the 10×" in text
+
+
+def test_onednn_trace_runs_the_traced_layer_in_a_fresh_process():
+    trace = precision.onednn_trace(64)
+    assert trace.onednn_on == precision.onednn_enabled()
+    assert all(",exec," in line for line in trace.exec_lines)

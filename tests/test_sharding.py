@@ -81,3 +81,8 @@ def test_the_worker_program_shards_as_the_lesson_says(tmp_path):
     assert sharding.same_examples(recs, "AUTO, three", "FILE, three")
     assert not sharding.same_examples(recs, "AUTO, three", "DATA, three")
     assert "FILE based sharding" in rows["FILE, one"]["error"]
+    # the default, AUTO, on one file and 2 workers: it finds a file reader, so it shards by FILE and fails the same way
+    args += ["--runs", "AUTO:one"]
+    auto = launch.launch_tf_workers(paths.WORKERS / "shard_policies.py", 2, args=args, timeout=240, stream=False)
+    (row,) = sharding.coverage(auto.records(), hours)
+    assert row["policy, files"] == "AUTO, one" and "FILE based sharding" in row["error"]

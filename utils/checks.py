@@ -72,27 +72,44 @@ def check_global_batch_of_replicas(
     """Exercise (lesson 05): the global batch when each of `replicas` replicas takes `per_replica_batch`."""
     if workers is not None and answer == per_replica_batch * workers and workers != replicas:
         hint = (
-            f"you multiplied by the {workers} workers; strategy.num_replicas_in_sync counts replicas, one per "
-            f"device every worker trains on ({replicas} here), and each replica takes {per_replica_batch} examples."
+            "you multiplied by the workers; strategy.num_replicas_in_sync counts replicas, not workers: reread how "
+            "many devices each worker trains on."
         )
     else:
         hint = "a worker is a process (one per instance); a replica is one device of it, and each takes its own batch."
     return report("global batch", answer, per_replica_batch * replicas, hint=hint)
 
 
-def check_data_reads(reads: Any, records: list[dict[str, Any]], total: int, run: str = "DATA, three files") -> bool:
-    """Exercise (lesson 05): the learner's formula `reads(n_examples, workers)` for the lines one worker reads in an
-    epoch under `run`, against the lines worker 0 counted in that run (the workers' RESULT records, utils.sharding)."""
+def check_data_reads(
+    reads: Any,
+    records: list[dict[str, Any]],
+    total: int,
+    discarded: Any = None,
+    run: str = "DATA, three files",
+) -> bool:
+    """Exercise (lesson 05): the learner's formulas `reads(n_examples, workers)`, the lines one worker reads in an epoch
+    under `run`, and `discarded(n_examples, workers)`, the fraction of them it throws away, against what worker 0
+    counted in that run (the workers' RESULT records, utils.sharding): lines read, and examples kept."""
     result = records[0]["runs"].get(run)
     if result is None or "error" in result:
         raise ValueError(f"the sharding run has no {run!r} result to compare with: run section 4's cell first")
     answer = None if reads is None else reads(total, len(records))
-    return report(
+    ok = report(
         "lines read by one worker under DATA",
         answer,
         result["lines_read"],
         hint="count what a worker reads from the files, not what it keeps (section 4's table has both)",
     )
+    fraction = None if discarded is None else discarded(total, len(records))
+    thrown = 1 - len(result["ids"]) / result["lines_read"]
+    ok_fraction = report(
+        "fraction of them one worker throws away",
+        fraction,
+        thrown,
+        rel_tol=0.02,  # the last, partial batch makes the counted share differ slightly from the formula's
+        hint="a fraction between 0 and 1: of all it reads, how much does a worker keep, and so how much not?",
+    )
+    return ok and ok_fraction
 
 
 def restart_after_failure(failed_during_epoch: int, checkpoint_every: int = 1) -> tuple[int, int]:
@@ -126,7 +143,8 @@ def check_restart(failed_during_epoch: int, checkpoint_every: int, first_epoch: 
 
 
 def cores_allowed() -> int:
-    """Cores the kernel lets this process run on, read from /proc/self/status (the affinity call elsewhere)."""
+    """Cores the kernel lets this process use at full speed: its affinity mask, read from /proc/self/status (the
+    affinity call elsewhere), capped by a container's CPU quota (cgroup v2 cpu.max)."""
     import os
     import re
 
@@ -137,8 +155,15 @@ def cores_allowed() -> int:
         for part in match.group(1).split(","):
             low, _, high = part.partition("-")
             count += int(high or low) - int(low) + 1
-        return count
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    else:
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:  # a container's CPU quota (cgroup v2), e.g. docker run --cpus=2, caps what the affinity mask allows
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota.isdigit() and period.isdigit() and int(period):
+            count = max(1, min(count, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
 
 
 def check_usable_cores(answer: int | None) -> bool:
@@ -209,7 +234,9 @@ def check_gpipe_bubble(stages: int, micro_batches: int, answer: float | None) ->
         answer,
         gpipe.bubble_fraction(gpipe.simulate_pipeline(stages, micro_batches)),
         rel_tol=1e-3,
-        hint="(p - 1) / (m + p - 1)",
+        hint="a fraction between 0 and 1 (0.25 for 25 %), not a percentage: (p - 1) / (m + p - 1)"
+        if answer is None or answer <= 1
+        else "give the share as a fraction between 0 and 1 (0.25 for 25 %), not a percentage",
     )
 
 
@@ -297,7 +324,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     """
     import tempfile
 
-    from utils import launch, paths
+    from utils import heartbeat, launch, paths
 
     script = Path(script)
     reference = Path(reference) if reference else paths.SCRIPTS / "exercises" / "mwms_solution.py"
@@ -305,22 +332,24 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     out = Path(tempfile.mkdtemp(prefix="mwms-check-"))
     args = ["--epochs", str(epochs), "--out", str(out)]
     try:
-        run = launch.launch_tf_workers(
-            script, EXERCISE_WORKERS, args=args + ["--batch-size", str(EXERCISE_BATCH)], timeout=300, stream=False
-        )
+        with heartbeat.stream(False, f"{script.name} on {EXERCISE_WORKERS} workers") as quiet:
+            run = launch.launch_tf_workers(
+                script, EXERCISE_WORKERS, args=args + ["--batch-size", str(EXERCISE_BATCH)], timeout=300, stream=quiet
+            )
     except launch.WorkerError as err:
         print(f"[MWMS script] the script failed on {EXERCISE_WORKERS} workers: {err.reason}.\n{str(err)[-1500:]}")
         return False
     recs = run.records()
     key = (str(reference), reference.stat().st_mtime, epochs)
     if key not in _REFERENCE_WEIGHTS:  # one worker, global batch: computed once per session
-        one = launch.launch_tf_workers(
-            reference,
-            1,
-            args=["--epochs", str(epochs), "--batch-size", str(EXERCISE_BATCH * EXERCISE_WORKERS)],
-            timeout=300,
-            stream=False,
-        )
+        with heartbeat.stream(False, "the reference, one worker") as quiet:
+            one = launch.launch_tf_workers(
+                reference,
+                1,
+                args=["--epochs", str(epochs), "--batch-size", str(EXERCISE_BATCH * EXERCISE_WORKERS)],
+                timeout=300,
+                stream=quiet,
+            )
         _REFERENCE_WEIGHTS[key] = one.records()[0]["weights"]
     expected = _REFERENCE_WEIGHTS[key]
     saved = sorted(p.name for p in out.glob("*.keras"))
@@ -329,7 +358,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     if len(recs) != EXERCISE_WORKERS or any(r["replicas"] != EXERCISE_WORKERS for r in recs):
         problems.append(
             f"TODO 1: each worker should see {EXERCISE_WORKERS} replicas, they see "
-            f"{[r['replicas'] for r in recs]}: create tf.distribute.MultiWorkerMirroredStrategy()"
+            f"{[r['replicas'] for r in recs]}: the strategy the script creates does not span the worker processes"
         )
     elif any(r["global_batch"] != EXERCISE_BATCH * EXERCISE_WORKERS for r in recs):
         problems.append(
@@ -338,14 +367,14 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
         )
     elif _weights_sha256(recs[0]["weights"]) != _weights_sha256(recs[1]["weights"]):
         problems.append(
-            "TODO 3 or 5: the workers end with different weights (their SHA-256 differ): create the model and "
-            "optimizer inside strategy.scope(), and run the step with strategy.run"
+            "TODO 3 or 5: the workers end with different weights (their SHA-256 differ): look at where the model "
+            "and optimizer are created (TODO 3) and at how the training step is run (TODO 5)"
         )
     elif not _weights_close(recs[0]["weights"], expected):
         problems.append(
-            "TODO 2 or 4: the workers agree, but not with one worker trained on the global batch: "
-            "distribute the dataset (each worker gets half of every batch) and average the loss over "
-            "the GLOBAL batch (tf.nn.compute_average_loss)"
+            "TODO 2 or 4: the workers agree, but not with one worker trained on the global batch: look at how "
+            "each worker gets its part of every batch (TODO 2) and at which batch size the loss is averaged over "
+            "(TODO 4)"
         )
     if saved != ["model-from-worker-0.keras"]:
         problems.append(f"TODO 6: only worker 0 should save the model; saved: {saved or 'nothing'}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata as metadata
+import math
 import os
 import platform
 import re
@@ -11,14 +12,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# CPU flags (as Linux names them in /proc/cpuinfo) that matter for the course's speed figures.
+# CPU flags (as Linux names them in /proc/cpuinfo) that matter for the course's speed figures. The last four are
+# those TensorFlow tests before it gives float16 to oneDNN (see CpuInfo.onednn_float16); a kernel too old to know
+# a flag does not list it, so "no" can also mean "not reported".
 CPU_FEATURES = {
     "avx2": "AVX2 (256-bit vectors)",
     "avx512f": "AVX-512 (512-bit vectors)",
     "avx512_bf16": "AVX-512 BF16 (bfloat16 dot products)",
     "amx_bf16": "AMX-BF16 (bfloat16 matrix tiles)",
     "amx_tile": "AMX tiles",
+    "avx512bw": "AVX-512 BW (byte and word operations)",
     "avx512_fp16": "AVX-512 FP16 (float16 arithmetic)",
+    "amx_fp16": "AMX-FP16 (float16 matrix tiles)",
+    "avx_ne_convert": "AVX-NE-CONVERT (16-bit to float32 conversions)",
 }
 
 
@@ -39,6 +45,14 @@ class CpuInfo:
     def bf16_hardware(self) -> bool:
         """True when the CPU has bfloat16 instructions (AVX-512 BF16 or AMX-BF16)."""
         return self.has("avx512_bf16") or self.has("amx_bf16")
+
+    @property
+    def onednn_float16(self) -> bool:
+        """True when the flags pass TensorFlow's test for giving float16 to oneDNN: (AVX512BW and (AVX512-FP16 or
+        AMX-FP16)) or AVX-NE-CONVERT (IsDataTypeSupportedByOneDNNOnThisCPU, tensorflow/core/util/util.cc)."""
+        return (self.has("avx512bw") and (self.has("avx512_fp16") or self.has("amx_fp16"))) or self.has(
+            "avx_ne_convert"
+        )
 
 
 def cpu_info() -> CpuInfo:
@@ -65,7 +79,22 @@ def cpu_info() -> CpuInfo:
             pass
     logical = os.cpu_count() or 1
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
+    quota = cpu_quota()
+    if quota is not None:
+        usable = max(1, min(usable, math.ceil(quota)))
     return CpuInfo(model=model, logical_cores=logical, usable_cores=usable, flags=flags)
+
+
+def cpu_quota(cgroup_root: str | Path = "/sys/fs/cgroup") -> float | None:
+    """CPUs' worth of time a container's quota allows (cgroup v2 cpu.max, e.g. 2.0 for `docker run --cpus=2`), or
+    None where there is no quota (cpu.max reads "max ...") or no cgroup v2 file (cgroup v1, macOS)."""
+    try:
+        quota, period = (Path(cgroup_root) / "cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max" or not (quota.isdigit() and period.isdigit()) or int(period) == 0:
+        return None
+    return int(quota) / int(period)
 
 
 def cache_sizes(cpu: int = 0, root: str | Path = "/sys/devices/system/cpu") -> dict[str, int]:

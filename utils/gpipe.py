@@ -105,11 +105,13 @@ def mean_durations(slots: Sequence[Slot], stages: int) -> tuple[list[float], lis
 
 
 def plot_timeline(slots: Sequence[Slot], ax, title: str, unit: str = "time steps") -> None:
-    """Draw a pipeline timeline: one row per stage, forward tasks light, backward tasks dark, labelled by micro-batch."""
+    """Draw a pipeline timeline: one row per stage, forward tasks light, backward tasks dark, labelled by micro-batch
+    where the bar is wide enough for its label (too short a task keeps its colour only)."""
     import matplotlib.pyplot as plt
 
     cmap = plt.get_cmap("tab10")
     stages = sorted({t.stage for t in slots})
+    span = max(t.end for t in slots) - min(t.start for t in slots)
     for t in slots:
         color = cmap(t.micro % 10)
         ax.barh(
@@ -121,7 +123,7 @@ def plot_timeline(slots: Sequence[Slot], ax, title: str, unit: str = "time steps
             edgecolor="black",
             linewidth=0.5,
         )
-        if len(slots) <= 64:
+        if len(slots) <= 64 and t.end - t.start >= span / 30:  # a label only where it fits inside its bar
             ax.text((t.start + t.end) / 2, t.stage, f"{t.kind}{t.micro}", ha="center", va="center", fontsize=7)
     ax.set_yticks(stages, [f"stage {s}" for s in stages])
     ax.invert_yaxis()

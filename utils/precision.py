@@ -420,16 +420,16 @@ def summarize(values: Sequence[float]) -> str:
 
 
 #: TensorFlow's one-time notice at the first float16 operation (tensorflow/core/util/util.cc, logged at ERROR
-#: level) when its oneDNN kernels cannot take float16 on this CPU. Its test is AVX512-FP16, AMX-FP16 or
-#: AVX-NE-CONVERT, not AVX-512 as the text says, so CPUs with AVX-512 get it too. It is harmless in lesson 06:
-#: float16 operations fall back to Eigen's kernels, which is what the lesson measures and explains (mixed_float16
-#: slower than float32 on a CPU), and a learner can do nothing about it.
+#: level) when its oneDNN custom operations are on but may not take float16 on this CPU. Its test,
+#: `IsDataTypeSupportedByOneDNNOnThisCPU`, asks for (AVX512BW and (AVX512-FP16 or AMX-FP16)) or AVX-NE-CONVERT,
+#: not AVX-512 alone as the notice says. Where the notice appears, float16 operations run on Eigen's kernels.
 ONEDNN_HALF_NOTICE = "oneDNN supports DT_HALF only on platforms with AVX-512"
 
 
 def quiet_onednn_half_notice() -> str:
-    """Run TensorFlow's first float16 operation with stderr captured, so that its one-time oneDNN notice (above)
-    is not shown; any other line is passed on. Returns the lines dropped ('' where TensorFlow printed none)."""
+    """Run TensorFlow's first float16 operation with stderr captured and return TensorFlow's oneDNN float16 notice
+    (above; '' where TensorFlow printed none), so that a lesson can show it as evidence, in its place, rather than
+    as a red line at start-up; any other line is passed on to stderr."""
     import tensorflow as tf
 
     sys.stderr.flush()
@@ -449,28 +449,44 @@ def quiet_onednn_half_notice() -> str:
     return "\n".join(line for line in lines if ONEDNN_HALF_NOTICE in line)
 
 
+def onednn_enabled() -> bool:
+    """True when TensorFlow's oneDNN custom operations are on in this process (TF_ENABLE_ONEDNN_OPTS, whose
+    default TensorFlow chooses from the CPU: tensorflow/core/util/port.cc, IsMklEnabled)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 @dataclass
 class FusionProbe:
-    """One float16 layer, relu(x @ w + b), timed as TensorFlow runs it eagerly (op by op) and inside a
-    `tf.function`, where the graph optimizer's remapper fuses the three ops into one kernel."""
+    """One float16 layer, relu(x @ w + b), timed as TensorFlow runs it eagerly (op by op), inside a
+    `tf.function` (where the graph optimizer's remapper may fuse the three ops into one kernel), and inside a
+    `tf.function` with the remapper off (the same graph, unfused)."""
 
     n: int
     eager_s: float
     graph_s: float
+    unfused_s: float
 
     @property
     def penalty(self) -> float:
-        """How many times slower the fused graph ran than the same ops one by one."""
+        """How many times slower the traced layer ran than the same ops one by one."""
         return self.graph_s / self.eager_s
 
     @property
+    def remapper_penalty(self) -> float:
+        """How many times slower the traced layer ran with the remapper on than with it off."""
+        return self.graph_s / self.unfused_s
+
+    @property
     def slow(self) -> bool:
-        """True where the fused kernel is more than 10x slower: it has no fast float16 path on this CPU."""
-        return self.penalty > 10
+        """True where the remapper's rewrite makes the traced layer more than 10x slower than without it."""
+        return self.remapper_penalty > 10
 
 
 def float16_fusion_probe(n: int = 256, repeats: int = 3) -> FusionProbe:
-    """Time relu(x @ w + b) in float16, eagerly and as a traced graph (best of `repeats` each, after one warm-up)."""
+    """Time relu(x @ w + b) in float16 eagerly, traced, and traced with the remapper off (best of `repeats`
+    each, after one warm-up)."""
     import tensorflow as tf
 
     if not isinstance(n, int) or n < 16:
@@ -491,7 +507,97 @@ def float16_fusion_probe(n: int = 256, repeats: int = 3) -> FusionProbe:
             times.append(time.perf_counter() - start)
         return min(times)
 
-    return FusionProbe(n=n, eager_s=best(layer), graph_s=best(tf.function(layer)))
+    eager_s, graph_s = best(layer), best(tf.function(layer))
+    with without_remapping():
+        unfused_s = best(tf.function(layer))
+    return FusionProbe(n=n, eager_s=eager_s, graph_s=graph_s, unfused_s=unfused_s)
+
+
+@dataclass
+class OneDnnTrace:
+    """What oneDNN reported (ONEDNN_VERBOSE=1) while a fresh process ran the traced float16 layer once."""
+
+    onednn_on: bool  #: TensorFlow's oneDNN custom operations were on in that process
+    half_notice: str  #: TensorFlow's oneDNN float16 notice ('' if it printed none)
+    exec_lines: list[str]  #: oneDNN's `exec` lines for that one run (empty: oneDNN ran no primitive)
+
+    def primitives(self) -> list[str]:
+        """One entry per distinct primitive that ran: its kind, its implementation and its source data type."""
+        out = []
+        for line in self.exec_lines:
+            f = line.split(",")
+            if len(f) < 9:
+                continue
+            kind, impl = f[5], f[6] or "(implementation not named)"
+            src = next((m.split(":")[0].split("_")[1] for m in f[8].split() if m.startswith("src_")), "?")
+            entry = f"{kind} {impl} ({src})"
+            if entry not in out:
+                out.append(entry)
+        return out
+
+
+_TRACE_CODE = """
+import sys
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+n, remapping = int(sys.argv[1]), sys.argv[2] == "1"
+tf.config.optimizer.set_experimental_options({"remapping": remapping})
+rng = np.random.default_rng(0)
+x, w = (tf.constant(rng.normal(size=(n, n)), tf.float16) for _ in range(2))
+b = tf.zeros((n,), tf.float16)
+layer = tf.function(lambda: tf.nn.relu(tf.nn.bias_add(tf.linalg.matmul(x, w), b)))
+layer().numpy()
+print("@@ONEDNN", int(_pywrap_util_port.IsMklEnabled()), flush=True)
+layer().numpy()
+print("@@END", flush=True)
+"""
+
+
+def onednn_trace(n: int = 256, remapping: bool = True, timeout: float = 300) -> OneDnnTrace:
+    """Run the float16 layer of :func:`float16_fusion_probe`, traced, in a fresh Python with ONEDNN_VERBOSE=1 and
+    return what oneDNN says it executed in the second run (the first one traces and warms up)."""
+    import subprocess
+
+    from utils import paths
+
+    env = {
+        **os.environ,
+        "ONEDNN_VERBOSE": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "0",
+        "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _TRACE_CODE, str(n), "1" if remapping else "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=paths.REPO_ROOT,
+    )
+    start = time.monotonic()
+    while True:  # a line every 10 s, so that a slow start of TensorFlow never looks like a hang
+        try:
+            stdout, stderr = proc.communicate(timeout=10)
+            break
+        except subprocess.TimeoutExpired:
+            waited = time.monotonic() - start
+            if waited > timeout:
+                proc.kill()
+                proc.communicate()
+                raise RuntimeError(f"the oneDNN trace process took more than {timeout:.0f} s and was stopped") from None
+            print(f"  oneDNN trace: a fresh TensorFlow still starting or running ({waited:.0f} s)", flush=True)
+    if proc.returncode != 0:
+        tail = (stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise RuntimeError(f"the oneDNN trace process failed ({proc.returncode}): {tail}")
+    out = stdout.splitlines()
+    mark = next(i for i, line in enumerate(out) if line.startswith("@@ONEDNN"))
+    end = out.index("@@END")
+    return OneDnnTrace(
+        onednn_on=out[mark].split()[1] == "1",
+        half_notice=next((line for line in stderr.splitlines() if ONEDNN_HALF_NOTICE in line), ""),
+        exec_lines=[line for line in out[mark + 1 : end] if line.startswith("onednn_verbose") and ",exec," in line],
+    )
 
 
 class without_remapping:
@@ -596,3 +702,51 @@ def check_layer_dtypes(compute: str | None, output: str | None, policy: str = "m
         "output dtype of the next layer", output, built_output, hint="each layer casts its inputs to its compute dtype"
     )
     return first and second
+
+
+def describe_fusion(fusion: FusionProbe, trace: OneDnnTrace, cpu) -> str:
+    """Lesson 06's account of the float16 probe, worded on what was shown: the timings, whether TensorFlow's oneDNN
+    operations were on, its float16 notice, and the primitives oneDNN logged (`cpu` is an envinfo.CpuInfo)."""
+    flags = ", ".join(f for f in ("avx512bw", "avx512_fp16", "amx_fp16", "avx_ne_convert") if cpu.has(f)) or "none"
+    if not trace.onednn_on:
+        why = (
+            "as `TF_ENABLE_ONEDNN_OPTS` asks"
+            if os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+            else "TensorFlow's default for this CPU; `TF_ENABLE_ONEDNN_OPTS=1` turns them on"
+        )
+        path = (
+            f"TensorFlow's oneDNN custom operations were **off** ({why}), so no oneDNN float16 kernel was there "
+            "to fuse into."
+        )
+    elif trace.half_notice:
+        path = (
+            "TensorFlow's oneDNN operations were on, but its float16 test failed, and it said so: "
+            f"*{trace.half_notice.split('] ')[-1]}* Its test asks for AVX512BW with AVX512-FP16 or AMX-FP16, or for "
+            f"AVX-NE-CONVERT (of these, this CPU reports: {flags}); float16 operations fall back to Eigen's kernels."
+        )
+    else:
+        path = (
+            "TensorFlow's oneDNN operations were on and its float16 test passed (no notice; of the flags it tests, "
+            f"this CPU reports: {flags}), so float16 operations may go to oneDNN."
+        )
+    prims = trace.primitives()
+    if not prims:
+        seen = "oneDNN's verbose log named no primitive for one run of the traced layer: Eigen's own code ran it."
+    else:
+        seen = f"oneDNN's verbose log for one run of the traced layer names: {'; '.join(f'`{p}`' for p in prims)}."
+        if all("(f32)" in p for p in prims):
+            seen += " Every one worked on float32 (f32) data: the float16 matmul was computed in float32."
+        if any(p.split()[1].startswith("ref") for p in prims):
+            seen += " `ref` is oneDNN's reference implementation, its unoptimised fallback."
+    timing = (
+        f"With the remapper on, the traced layer took {fusion.remapper_penalty:.0f}× as long as with it off "
+        f"({fusion.penalty:.0f}× the ops one by one): the slow path is what the remapper rewrote the three ops into. "
+        "`fit` runs in a graph, so a `mixed_float16` step would measure that rewrite, not float16. The timing below "
+        "turns the remapper off for all three policies, times float32 and `mixed_bfloat16` with it on as well (what "
+        "`fit` gets by default), and section 6 turns it off too."
+        if fusion.slow
+        else f"With the remapper on, the traced layer took {fusion.remapper_penalty:.1f}× the time it took with the "
+        "remapper off, under the 10× at which this lesson turns the remapper off, so the timing below runs `fit` as "
+        "it comes (remapper on)."
+    )
+    return f"{path} {seen} {timing}"

@@ -1,6 +1,7 @@
 """Which examples each MultiWorkerMirroredStrategy worker sees under each `AutoShardPolicy`.
 
     python scripts/workers/shard_policies.py --files DIR_OF_FILES --one-file DIR_OF_ONE_FILE   (one process per worker)
+    python scripts/workers/shard_policies.py ... --runs AUTO:one                             (only that run)
 
 Every line of the files is one hour of the course series, starting with its index. For each policy the
 worker builds `TextLineDataset(files) -> parse -> batch`, lets the strategy distribute it, and records
@@ -23,6 +24,13 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--files", type=Path, required=True, help="folder of .csv files, one example per line")
 parser.add_argument("--one-file", type=Path, required=True, help="folder with a single .csv file")
 parser.add_argument("--batch", type=int, default=240, help="global batch")
+# A policy that fails (too few files) breaks the workers' collectives for what follows: at most one such run, last.
+parser.add_argument(
+    "--runs",
+    nargs="+",
+    default=["OFF:files", "FILE:files", "DATA:files", "AUTO:files", "DATA:one", "FILE:one"],
+    help="POLICY:files or POLICY:one (the folder of --files or of --one-file), run in this order",
+)
 args = parser.parse_args()
 
 cluster = job.set_tf_config()
@@ -51,15 +59,25 @@ def seen(folder: Path, policy: str) -> dict:
         return {"ids": ids, "lines_read": int(read.numpy()), "files": len(files)}
     except Exception as exc:  # the lesson shows what a policy that cannot shard says
         message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", " ".join(str(exc).split()))  # TensorFlow's op name
-        return {"error": f"{type(exc).__name__}: {message[:300]}", "files": len(files)}
+        if len(message) > 400:  # whole sentences only
+            message = message[: message.rfind(". ", 0, 400) + 1] or message[:400]
+        return {"error": f"{type(exc).__name__}: {message}", "files": len(files)}
 
 
-# FILE with fewer files than workers comes last: its error breaks the workers' collectives for what follows.
-plan = [(p, args.files) for p in ("OFF", "FILE", "DATA", "AUTO")] + [("DATA", args.one_file), ("FILE", args.one_file)]
+plan = []
+for item in args.runs:
+    policy, _, which = item.partition(":")
+    if not hasattr(Policy, policy) or which not in ("files", "one"):
+        raise SystemExit(
+            f"--runs takes POLICY:files or POLICY:one with POLICY one of OFF, FILE, DATA, AUTO; got {item!r}"
+        )
+    plan.append((policy, args.files if which == "files" else args.one_file))
 runs = {}
 for p, d in plan:
     t0 = time.perf_counter()
     runs[f"{p}, {d.name}"] = {**seen(d, p), "seconds": round(time.perf_counter() - t0, 2)}
+    outcome = "failed" if "error" in runs[f"{p}, {d.name}"] else "read"
+    print(f"{p} on {d.name}: {outcome} in {runs[f'{p}, {d.name}']['seconds']} s", flush=True)
 print(
     "RESULT "
     + json.dumps({"rank": cluster.index, "workers": strategy.num_replicas_in_sync, "batch": args.batch, "runs": runs}),

@@ -1,0 +1,44 @@
+"""A line every few seconds while a launched run prints nothing, so that a long cell never looks hung."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+#: Seconds without a shown line after which a note says the run is still going (the course's limit is 15).
+EVERY = 10.0
+
+
+@contextlib.contextmanager
+def stream(
+    show: Callable[[str], bool] | bool = False, what: str = "the workers", every: float = EVERY
+) -> Iterator[Callable[[str], bool]]:
+    """The `stream` to give utils.launch: the lines `show` selects (False: none), and while none comes for `every`
+    seconds a line that says how long `what` have run."""
+    select = show if callable(show) else (lambda line: bool(show))
+    began = last = time.monotonic()
+    done = threading.Event()
+
+    def shown(line: str) -> bool:
+        nonlocal last
+        if select(line):
+            last = time.monotonic()
+            return True
+        return False
+
+    def note() -> None:
+        nonlocal last
+        while not done.wait(0.5):
+            if time.monotonic() - last >= every:
+                last = time.monotonic()
+                print(f"  ... {what}: {last - began:.0f} s, still running\n", end="", flush=True)
+
+    ticker = threading.Thread(target=note, daemon=True)
+    ticker.start()
+    try:
+        yield shown
+    finally:
+        done.set()
+        ticker.join()
