@@ -302,3 +302,17 @@ def test_layer_sizes_are_keras_trainable_weights():
     # trainable only: ResNet-50's BatchNorm moving statistics are not gradients
     assert stored[stored.model == "ResNet-50 v1.5"].gradient_bytes.sum() == 4 * 25_583_592
     assert list(am.layer_gradients("VGG-16").layer[:2]) == ["predictions", "fc2"]  # backprop order
+
+
+def test_lab_efficiency_is_the_per_layer_model_with_fusion_and_cycle():
+    layers, rates = [4e6, 1e6, 2e6, 0.5e6], np.array([1e6, 1e7, 1e8])
+    # without fusion or cycle it is predicted_efficiency's per-layer model, rate by rate
+    old = am.predicted_efficiency(
+        0.3, 2, 0.4, sum(layers), rates, overlap=2 / 3, layer_bytes=layers, overhead_seconds=0.05
+    )
+    new = am.lab_efficiency(0.3, 0.4, layers, rates, am.UNFUSED, overhead_seconds=0.05)
+    assert new == pytest.approx(old)
+    assert isinstance(am.lab_efficiency(0.3, 0.4, layers, 1e7, am.UNFUSED), float)
+    # a 10 ms cycle only delays (no per-call cost to save by fusing here): never a higher efficiency
+    cycled = am.lab_efficiency(0.3, 0.4, layers, rates, am.horovod_fusion(10.0), overhead_seconds=0.05)
+    assert np.all(cycled <= new + 1e-12)

@@ -20,7 +20,7 @@ Network models (SimGrid's `network/model`), always stated in the command:
   shares): the alpha-beta arithmetic;
 - LV08: CM02 with TCP corrections fitted by Velho & Legrand (2009): latency x 13.01, bandwidth x 0.97, weight-S
   20537, cross-traffic on and the 4 MiB TCP window (SimGrid's default for its own simulators). What this module
-  calls "TCP's factors" (`STUDY`) applies LV08's latency and bandwidth factors only, not its window or its
+  calls "LV08's two factors" (`STUDY`) applies its latency and bandwidth factors only, not its window or its
   cross-traffic;
 - SMPI: smpirun's own default, factors by message size fitted on a real cluster (smpi/lat-factor and
   smpi/bw-factor; from 64 KiB up: latency x 11.64, bandwidth x 0.94).
