@@ -234,3 +234,85 @@ def test_only_cases_where_the_allreduce_matters_test_the_model():
     a100 = p5.copy()
     a100["gpu"] = "A100 80GB"
     assert "NVSwitch itself" not in am.why_missed(row, a100, cases)
+
+
+def test_per_layer_overlap_by_hand():
+    # A 3 s step, the backward pass its last 2 s (1 s to 3 s), three layers of 4, 2 and 2 bytes in backprop order,
+    # their work in proportion to their bytes: ready at 2.0, 2.5 and 3.0 s; the link takes 0.5 s a byte.
+    send = lambda nbytes: 0.5 * nbytes
+    alone = am.overlap_step(3.0, [4, 2, 2], send, backward_share=2 / 3)
+    # FIFO, one at a time: 2.0-4.0, 4.0-5.0 (ready at 2.5, waits for the link), 5.0-6.0
+    assert [b[0] for b in alone.buffers] == pytest.approx([2.0, 4.0, 5.0])
+    assert alone.seconds == pytest.approx(6.0) and alone.efficiency == pytest.approx(0.5)
+    assert alone.exposed == pytest.approx(3.0)
+    # Horovod 0.x's way: the thread sleeps 0.25 s after each cycle's allreduces and fuses up to 6 bytes; it wakes at
+    # 2.0 (whole cycles from 0.25), sends layer 1 until 4.0, wakes at 4.25 and sends layers 2 and 3 fused: ends 6.25
+    fused = am.overlap_step(3.0, [4, 2, 2], send, backward_share=2 / 3, fusion=am.Fusion("x", 6, 0.25, True, ""))
+    assert [v for b in fused.buffers for v in b[:2]] == pytest.approx([2.0, 4.0, 4.25, 4.0])
+    assert fused.seconds == pytest.approx(6.25)
+    # the work share moves the ready times: all the backward work in the layer backprop reaches first makes every
+    # gradient ready at 3.0 s (the others cost nothing), then FIFO: 3-5, 5-6, 6-7
+    late = am.overlap_step(3.0, [4, 2, 2], send, layer_work=[1, 0, 0], backward_share=2 / 3)
+    assert late.buffers[0][0] == pytest.approx(3.0) and late.seconds == pytest.approx(7.0)
+    # the optimistic bound lets the whole 4 s allreduce start at 1.0 s: 5 s, above what the per-layer model allows
+    bound = float(am.step_efficiency(3.0, 4.0, 2 / 3))
+    assert bound == pytest.approx(3 / 5) and bound > alone.efficiency
+    # an overhead is added to every step
+    assert am.overlap_step(3.0, [4, 2, 2], send, overhead_seconds=0.5).seconds == pytest.approx(6.5)
+
+
+def test_a_row_above_the_ceiling_is_never_a_hit():
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    cases = pd.read_csv(DATA / "published_scaling.csv")
+    compared = am.compare_published(cases)
+    assert not compared.case.str.endswith("2020-08").any()  # superseded rows are left out
+    above = compared.published > compared.ceiling
+    assert above.any() and (compared[above]["class"] == "outside the model").all()
+    p5 = compared.set_index("case").loc["c_nccl_allreduce_2x_p5_eks_2GiB"]
+    # within 10 % of the prediction, yet above the ceiling: outside the model, not a hit
+    assert abs(p5.error) <= 0.10 and p5["class"] == "outside the model"
+    table = am.tally(compared)
+    assert not table.configuration.duplicated().any()
+    hits = int((table["class"] == "hit").sum())
+    assert am.tally_sentence(table).startswith(f"{hits} of {int(table['class'].isin(['hit', 'miss']).sum())} ")
+    # a configuration counted twice is refused
+    twice = compared.copy()
+    twice.loc[twice.case == "c_nccl_allreduce_2x_p5_2GiB", "counted"] = True
+    with pytest.raises(ValueError, match="more than one counted row"):
+        am.tally(twice)
+
+
+def test_layer_sizes_are_keras_trainable_weights():
+    import keras
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    stored = pd.read_csv(DATA / "keras_layer_gradients.csv")
+    vgg = stored[stored.model == "VGG-16"].reset_index(drop=True)
+    fresh = am.layer_table(keras.applications.VGG16(weights=None))
+    keras.backend.clear_session()
+    pd.testing.assert_frame_equal(vgg[["layer", "kind", "gradient_bytes", "macs"]], fresh, check_dtype=False)
+    # by hand: VGG-16's fc1 is 25088 x 4096 weights + 4096 biases, its multiply-adds 25088 x 4096
+    fc1 = vgg.set_index("layer").loc["fc1"]
+    assert fc1.gradient_bytes == 4 * (25088 * 4096 + 4096) and fc1.macs == 25088 * 4096
+    # trainable only: ResNet-50's BatchNorm moving statistics are not gradients
+    assert stored[stored.model == "ResNet-50 v1.5"].gradient_bytes.sum() == 4 * 25_583_592
+    assert list(am.layer_gradients("VGG-16").layer[:2]) == ["predictions", "fc2"]  # backprop order
+
+
+def test_lab_efficiency_is_the_per_layer_model_with_fusion_and_cycle():
+    layers, rates = [4e6, 1e6, 2e6, 0.5e6], np.array([1e6, 1e7, 1e8])
+    # without fusion or cycle it is predicted_efficiency's per-layer model, rate by rate
+    old = am.predicted_efficiency(
+        0.3, 2, 0.4, sum(layers), rates, overlap=2 / 3, layer_bytes=layers, overhead_seconds=0.05
+    )
+    new = am.lab_efficiency(0.3, 0.4, layers, rates, am.UNFUSED, overhead_seconds=0.05)
+    assert new == pytest.approx(old)
+    assert isinstance(am.lab_efficiency(0.3, 0.4, layers, 1e7, am.UNFUSED), float)
+    # a 10 ms cycle only delays (no per-call cost to save by fusing here): never a higher efficiency
+    cycled = am.lab_efficiency(0.3, 0.4, layers, rates, am.horovod_fusion(10.0), overhead_seconds=0.05)
+    assert np.all(cycled <= new + 1e-12)

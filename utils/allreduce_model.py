@@ -19,7 +19,10 @@ A GPU cluster has two levels: G GPUs inside a server joined by NVLink/NVSwitch o
 a network that all G GPUs of a server share (`Topology`). `allreduce_seconds` prices NCCL's two algorithms on
 it: the ring through all G*M GPUs, whose every step lasts as long as its slowest hop, and the double binary
 tree, whose latency grows with log2(M) instead of N. `step_efficiency` sets an allreduce beside a training
-step's computation, with the part that can hide behind the backward pass (lesson 04).
+step's computation, with the part that can hide behind the backward pass: the optimistic bound, where the whole
+allreduce may start with the backward pass. `overlap_step` is the course's one overlap model (the lab's and the
+published clusters'): each layer's gradient ready in backprop order, fused and cycled as the library does, sent FIFO;
+`compare_published` and `tally` hold it against published results (lesson 03).
 """
 
 from __future__ import annotations
@@ -279,7 +282,8 @@ class Topology:
     @property
     def ring_bandwidth(self) -> float:
         """Bytes/s of the ring's slowest hop: a GPU's link inside, or a server's network (one ring hop leaves each
-        server per ring; NCCL runs as many rings as the server has network cards, which share its bandwidth)."""
+        server per ring; NCCL runs several rings, its channels, whose number it picks from its topology search, not
+        from the count of network cards; together they share the server's network)."""
         rates = ([self.inside.bytes_per_s] if self.gpus > 1 else []) + (
             [self.network.bytes_per_s] if self.servers > 1 else []
         )
@@ -360,8 +364,9 @@ BACKWARD_SHARE = 2 / 3
 
 
 def step_efficiency(compute_seconds: float, allreduce: float, overlap: float = BACKWARD_SHARE, overhead: float = 0.0):
-    """Scaling efficiency of a synchronous step, each GPU keeping its batch: its computation over the step, where
-    the allreduce may run during the last `overlap` share of the computation (the backward pass) and `overhead`
+    """The optimistic bound of the efficiency of a synchronous step, each GPU keeping its batch: its computation over
+    the step, where the whole allreduce may run during the last `overlap` share of the computation (the backward pass;
+    it predicts exactly 1 whenever the allreduce is shorter than that share) and `overhead`
     (seconds) is paid every step on top: c / ((1 - overlap) c + max(overlap c, allreduce) + overhead)."""
     if not compute_seconds > 0:
         raise ValueError(f"compute_seconds must be positive, got {compute_seconds}")
@@ -479,7 +484,9 @@ SWITCH_ADDS = ("H100", "H200", "B200", "GH200", "GB200")
 
 
 def check_published(cases, overlap: float = BACKWARD_SHARE, gradient_bytes_per_parameter: int = 4):
-    """The model beside each published case of data/published_scaling.csv: for a scaling measurement, the efficiency
+    """The optimistic bound (whole-buffer overlap, no framework cost) beside each published case; lesson 03 uses
+    `compare_published`, which predicts with the per-layer model and keeps this bound as a column. The model beside
+    each published case of data/published_scaling.csv: for a scaling measurement, the efficiency
     it predicts from the case's own inputs (parameters, batch and one-GPU throughput, GPUs per server, links); for a
     nccl-tests measurement, the bus bandwidth. Nothing is fitted to the published answer.
 
@@ -621,3 +628,472 @@ def why_above_ceiling(checked, case) -> str:
             else "; the published output does not say which algorithm ran"
         )
     )
+
+
+# --- One overlap model: each layer's gradient, fused and sent as the library does -----------------------------------
+
+#: The Keras applications whose layers data/keras_layer_gradients.csv holds (the published cases' models).
+KERAS_MODELS = {
+    "VGG-16": "VGG16",
+    "Inception V3": "InceptionV3",
+    "ResNet-50 v1.5": "ResNet50",
+    "ResNet-101": "ResNet101",
+}
+
+
+def layer_table(keras_model, bytes_per_value: int = 4):
+    """One row per layer with trainable weights, in forward order: its gradient bytes (trainable weights only:
+    BatchNorm's moving statistics get no gradient and are not allreduced) and its forward multiply-adds per example
+    (Conv2D: output height x width x kernel height x width x input channels x filters / groups; Dense: inputs x
+    units; other layers, such as BatchNormalization's scale and shift, 0: element-wise work, next to nothing)."""
+    import pandas as pd
+
+    rows = []
+    for layer in keras_model.layers:
+        if not layer.trainable_weights:
+            continue
+        values = sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+        kind, macs = type(layer).__name__, 0
+        if kind == "Conv2D":
+            out = layer.output.shape  # (batch, height, width, filters)
+            kh, kw, cin_per_group, filters = layer.kernel.shape
+            macs = int(out[1]) * int(out[2]) * int(kh) * int(kw) * int(cin_per_group) * int(filters)
+        elif kind == "Dense":
+            fan_in, units = layer.kernel.shape
+            macs = int(fan_in) * int(units)
+        rows.append({"layer": layer.name, "kind": kind, "gradient_bytes": bytes_per_value * values, "macs": macs})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How a library hands gradients to the allreduce: its fusion buffer (bytes; 0: every tensor alone) and its
+    background cycle (seconds; 0: a tensor leaves as soon as it is ready and the link is free). `after_ops`: the
+    next cycle starts `cycle` after the previous cycle's operations ended (Horovod 0.x: a fixed sleep in its loop)
+    rather than `cycle` after the previous cycle started (Horovod since 0.21)."""
+
+    label: str
+    fusion_bytes: float
+    cycle_seconds: float
+    after_ops: bool
+    source: str
+
+
+#: Horovod up to 0.20: a 64 MiB fusion buffer and a 5 ms sleep between cycles (horovod/horovod
+#: horovod/common/operations.cc @ 8318a898a2f03fb22664ca8f5353361974f8a693, the commit of the 512-GPU benchmark:
+#: `tensor_fusion_threshold = 64 * 1024 * 1024` and `sleep_for(std::chrono::milliseconds(5))` at the top of the
+#: background loop, after the previous cycle's allreduces).
+HOROVOD_0X = Fusion(
+    "Horovod 0.x",
+    64 * 2**20,
+    5e-3,
+    True,
+    "horovod/horovod operations.cc @ 8318a89 (2018-05): 64 MiB fusion buffer, 5 ms sleep a cycle",
+)
+#: Horovod since 0.21.0: 128 MiB and a 1 ms cycle counted from the previous cycle's start (CHANGELOG v0.21.0, #2468:
+#: "Changed default cycle time from 5ms to 1ms and fusion threshold from 64MB to 128MB"; operations.cc @ 2626dc8).
+HOROVOD_NOW = Fusion(
+    "Horovod >= 0.21",
+    128 * 2**20,
+    1e-3,
+    False,
+    "horovod/horovod CHANGELOG v0.21.0 (#2468); operations.cc @ 2626dc8: 128 MiB, 1 ms from the last cycle's start",
+)
+#: No fusion and no cycle: each gradient allreduced on its own as soon as it is ready (TensorFlow's in-graph
+#: `replicated` variables with NCCL, as tf_cnn_benchmarks ran them in 2017: one all-reduce per variable).
+UNFUSED = Fusion("one allreduce per gradient", 0, 0.0, False, "no fusion buffer, no background cycle")
+
+
+@dataclass(frozen=True)
+class OverlapStep:
+    """One synchronous step under the per-layer overlap model."""
+
+    compute: float  # seconds of computation (forward + backward)
+    seconds: float  # the whole step: the later of the computation and the last allreduce, plus the overhead
+    buffers: tuple  # (start, bytes, seconds) of each allreduce, in the order they crossed the link
+    overhead: float  # seconds a step pays on top, whatever the link
+
+    @property
+    def efficiency(self) -> float:
+        """The computation over the step: 1 where communication and the framework cost nothing."""
+        return self.compute / self.seconds
+
+    @property
+    def exposed(self) -> float:
+        """Seconds of allreduce left after the computation ended (the part the backward pass did not hide)."""
+        return self.seconds - self.overhead - self.compute
+
+
+def overlap_step(
+    compute_seconds: float,
+    layer_bytes,
+    allreduce,
+    layer_work=None,
+    backward_share: float = BACKWARD_SHARE,
+    fusion: Fusion = UNFUSED,
+    overhead_seconds: float = 0.0,
+) -> OverlapStep:
+    """The per-layer overlap model, the course's one model of a step that overlaps its allreduce with the backward
+    pass (the lab's and the published clusters').
+
+    `layer_bytes`: each layer's gradient bytes in the order the backward pass produces them (the last layer first).
+    The backward pass is the last `backward_share` of `compute_seconds`; its time is shared among the layers in
+    proportion to `layer_work` (their multiply-adds; by default their bytes, which is the same for dense layers), and
+    a layer's gradient is ready when its share ends. The library's background cycle (`fusion`) wakes, takes every
+    gradient ready by then, packs them in order into buffers of at most `fusion.fusion_bytes` (a larger gradient goes
+    alone) and allreduces the buffers one after the other: `allreduce(nbytes)` gives the seconds of one. The step
+    ends when the computation and the last allreduce have both finished; `overhead_seconds` is added (what the
+    framework costs a step beyond that, measured where the link costs nothing)."""
+    sizes = np.asarray(layer_bytes, dtype=float)
+    work = sizes if layer_work is None else np.asarray(layer_work, dtype=float)
+    if not compute_seconds > 0 or sizes.size == 0 or np.any(sizes < 0) or work.shape != sizes.shape:
+        raise ValueError(
+            "give a positive computation time and each layer's gradient bytes (and work, one per layer, if given)"
+        )
+    if np.any(work < 0) or work.sum() <= 0:
+        raise ValueError("the layers' work must be at least 0 and add up to more than 0")
+    if not 0 <= backward_share <= 1 or overhead_seconds < 0:
+        raise ValueError(f"backward_share lies in [0, 1] and overhead_seconds is at least 0; got {backward_share}")
+    start = (1 - backward_share) * compute_seconds
+    ready = start + backward_share * compute_seconds * np.cumsum(work) / work.sum()
+    cycle, limit = float(fusion.cycle_seconds), float(fusion.fusion_bytes)
+    buffers, free, last_wake, i = [], 0.0, 0.0, 0
+    while i < sizes.size:
+        wake = (free if fusion.after_ops else last_wake) + cycle
+        wake = max(wake, free)  # a cycle cannot start while the previous one still runs its allreduces
+        if ready[i] > wake:  # nothing ready yet: the thread sleeps whole cycles until something is
+            wake += np.ceil((ready[i] - wake) / cycle) * cycle if cycle > 0 else ready[i] - wake
+        last_wake, t = wake, wake
+        taken = i + int(np.searchsorted(ready[i:], wake, side="right"))
+        while i < taken:  # pack the ready gradients, in order, into buffers of at most `limit` bytes
+            size, j = sizes[i], i + 1
+            while j < taken and size + sizes[j] <= limit:
+                size, j = size + sizes[j], j + 1
+            seconds = float(allreduce(size))
+            buffers.append((t, size, seconds))
+            t, i = t + seconds, j
+        free = t
+    step = max(compute_seconds, free) + overhead_seconds
+    return OverlapStep(float(compute_seconds), float(step), tuple(buffers), float(overhead_seconds))
+
+
+def layer_gradients(model: str):
+    """data/keras_layer_gradients.csv for one model, in the order the backward pass produces the gradients (the last
+    layer first): columns layer, kind, gradient_bytes, macs."""
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    table = pd.read_csv(DATA / "keras_layer_gradients.csv")
+    if model not in set(table.model):
+        raise ValueError(f"no layer sizes for {model!r}: data/keras_layer_gradients.csv has {sorted(set(table.model))}")
+    return table[table.model == model].sort_values("position", ascending=False).reset_index(drop=True)
+
+
+#: The goal of lesson 03's comparison with published results: efficiency within 10 points, bus bandwidth within 10 %.
+GOAL = {"scaling efficiency": 0.10, "bus bandwidth (GB/s)": 0.10}
+
+
+def _fusion_of(library: str) -> Fusion:
+    """The fusion and cycle a published case's library ran with (data/published_scaling.csv, column `library`)."""
+    text = str(library)
+    if "Horovod" in text:
+        return HOROVOD_NOW if ">= 0.21" in text else HOROVOD_0X
+    return UNFUSED
+
+
+def _allowed(case) -> tuple[str, ...]:
+    import pandas as pd
+
+    text = "" if pd.isna(case.get("nccl_algorithms")) else str(case.nccl_algorithms)
+    allowed = tuple(a for a in ALGORITHMS if a in text)
+    return allowed or ALGORITHMS
+
+
+def _fastest(topology: Topology, nbytes: float, allowed) -> tuple[str, float]:
+    times = {a: float(allreduce_seconds(topology, nbytes, a)) for a in allowed}
+    best = min(times, key=times.get)
+    return best, times[best]
+
+
+def compare_published(cases, backward_share: float = BACKWARD_SHARE):
+    """Each published case of data/published_scaling.csv (superseded rows left out) beside the model, from the case's
+    own inputs, nothing fitted to its answer.
+
+    A scaling case is predicted with the per-layer overlap model (`overlap_step`): the layers of the Keras model
+    (data/keras_layer_gradients.csv, trainable weights), their gradients ready in backprop order as the pass's time
+    is shared by their multiply-adds, fused and cycled as the case's library does (`_fusion_of`), each buffer priced by
+    the fastest of the NCCL algorithms the case's NCCL had, with NCCL's base latency. Column `optimistic bound`: the
+    old whole-buffer overlap (`step_efficiency`: the whole allreduce may start with the backward pass), the most any
+    overlap allows. A nccl-tests case is predicted as a bus bandwidth; its `ceiling` is the most the model's ring or
+    tree reach on that cluster.
+
+    Column `tests`: "communication" for a bus bandwidth or an allreduce at least half the backward pass, else "little
+    communication" (the prediction then says mostly that communication costs little). Column `class`: "outside the
+    model" where the published figure is above the model's ceiling (the optimistic bound
+    for a scaling case), then "hit" within GOAL, else "miss"; `counted` marks the one row of each configuration that
+    the tally counts."""
+    import pandas as pd
+
+    out = []
+    for _, c in cases.iterrows():
+        if "superseded_by" in c and pd.notna(c.superseded_by) and str(c.superseded_by).strip():
+            continue
+        scaling = pd.notna(c.published_efficiency)
+        measure = "scaling efficiency" if scaling else "bus bandwidth (GB/s)"
+        row = {
+            "case": c.case,
+            "configuration": c.get("configuration", c.case),
+            "counted": bool(int(c.get("counted", 1))) if pd.notna(c.get("counted", 1)) else True,
+            "source": c.get("source", ""),
+            "measure": measure,
+            "published": float(c.published_efficiency if scaling else c.published_busbw_gbytes_per_s),
+        }
+        needs = ["gpus_per_server", "servers"] + (
+            ["batch_per_gpu", "one_gpu_images_per_s"] if scaling else ["message_bytes"]
+        )
+        missing = [k for k in needs if pd.isna(c[k])]
+        if scaling and c.model not in KERAS_MODELS:
+            missing.append("layer sizes (no Keras model)")
+        if missing:  # the source does not give every input: not checked, and said so
+            out.append(row | {"class": "not checked", "not checked": "the source gives no " + ", ".join(missing)})
+            continue
+        topo = _case_topology(c)
+        allowed = _allowed(c)
+        row["GPUs"] = topo.n
+        if scaling:
+            layers = layer_gradients(c.model)
+            grad = float(layers.gradient_bytes.sum())
+            compute = float(c.batch_per_gpu) / float(c.one_gpu_images_per_s)
+            algorithm, whole = _fastest(topo, grad, allowed)
+            bound = float(step_efficiency(compute, whole + NCCL_LATENCY["base"], backward_share))
+            fusion = _fusion_of(c.get("library", ""))
+            step = overlap_step(
+                compute,
+                layers.gradient_bytes,
+                lambda b, topo=topo, allowed=allowed: _fastest(topo, b, allowed)[1] + NCCL_LATENCY["base"],
+                layers.macs,
+                backward_share,
+                fusion,
+            )
+            row |= {
+                "predicted": step.efficiency,
+                "optimistic bound": bound,
+                "ceiling": bound,
+                "error": step.efficiency - row["published"],
+                "compute (ms)": 1e3 * compute,
+                "allreduce (ms)": 1e3 * whole,
+                "allreduce / backward": whole / (backward_share * compute),
+                "exposed (ms)": 1e3 * step.exposed,
+                "buffers": len(step.buffers),
+                "algorithm": algorithm,
+                "fusion": fusion.label,
+            }
+        else:
+            size = float(c.message_bytes)
+            algorithm, t = _fastest(topo, size, allowed)
+            predicted = float(bus_bandwidth(size, t + NCCL_LATENCY["base"], topo.n)) / 1e9
+            ceiling = (
+                max(float(bus_bandwidth(size, allreduce_seconds(topo, size, a), topo.n)) for a in ALGORITHMS) / 1e9
+            )
+            row |= {
+                "predicted": predicted,
+                "ceiling": ceiling,
+                "error": predicted / row["published"] - 1,
+                "algorithm": algorithm,
+            }
+        ratio = row.get("allreduce / backward", float("inf"))
+        row["tests"] = "communication" if ratio >= 0.5 else "little communication"
+        above = row["published"] > row["ceiling"] * (1 + 1e-9)
+        row["class"] = (
+            "outside the model" if above else ("hit" if abs(row["error"]) <= GOAL[measure] + 1e-12 else "miss")
+        )
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def tally(compared):
+    """One row per configuration (the `counted` row of each), its class: what lesson 03's verdict counts."""
+    counted = compared[compared.counted & (compared["class"] != "not checked")]
+    if counted.configuration.duplicated().any():
+        raise ValueError("a configuration has more than one counted row: mark one row of each as counted")
+    return counted.reset_index(drop=True)
+
+
+def tally_sentence(table) -> str:
+    """The verdict, generated from `tally`'s table: hits of the comparable configurations, and those outside."""
+    classes = table["class"].value_counts()
+    hits, misses, outside = (int(classes.get(k, 0)) for k in ("hit", "miss", "outside the model"))
+    comparable = hits + misses
+    sources = table[table["class"].isin(["hit", "miss"])].source.nunique()
+    share = hits / comparable if comparable else float("nan")
+    decided = table[table["class"].isin(["hit", "miss"]) & (table.tests == "communication")]
+    return (
+        f"{hits} of {comparable} comparable configurations ({share:.0%}, from {sources} sources) are within the goal, "
+        f"{misses} missed; {outside} outside the model (above what its algorithms can reach). Of the comparable ones, "
+        f"{len(decided)} are decided by communication (a bus bandwidth, or an allreduce at least half the backward "
+        f"pass): {int((decided['class'] == 'hit').sum())} of them within the goal; in the other "
+        f"{comparable - len(decided)} the model predicts that communication costs little"
+    )
+
+
+def mechanism(row) -> str:
+    """A generated sentence naming the mechanism behind a miss or a case outside the model (a row of
+    compare_published)."""
+    if row["class"] == "outside the model":
+        if row.measure == "bus bandwidth (GB/s)":
+            return (
+                f"{row.case}: {row.published:.0f} GB/s is above the {row.ceiling:.0f} GB/s the model's ring or tree can "
+                "reach: NCCL ran an algorithm the model does not have; on H100 servers NVLS or NVLS-tree (the NVSwitch "
+                "adds, so a GPU sends its buffer once instead of twice) is the likely one; CollNet needs SHARP switches, "
+                "which EFA does not have, and PAT is not an allreduce algorithm in NCCL"
+            )
+        return (
+            f"{row.case}: the published {row.published:.3f} is above the optimistic bound {row.ceiling:.3f}: more than "
+            "any overlap of this allreduce allows, so something other than communication changed between the runs"
+        )
+    exposed = row.get("exposed (ms)", float("nan"))
+    if row.measure == "bus bandwidth (GB/s)":
+        side = "less" if row.error > 0 else "more"
+        return f"{row.case}: NCCL got {side} of the links than the model gives it ({row.error:+.0%})"
+    lost = row.predicted - row.published
+    if lost > 0 and row["allreduce / backward"] < 0.5:
+        return (
+            f"{row.case}: the model's allreduce leaves {exposed:.1f} ms of a {row['compute (ms)']:.0f} ms step exposed, "
+            f"so communication cannot explain the {100 * lost:.0f} points lost: a cost the model does not have (the "
+            "GPUs of one server share its CPUs, memory, host links and input pipeline), not measured here"
+        )
+    if lost > 0:
+        return (
+            f"{row.case}: {100 * lost:.0f} points below the prediction at {int(row.GPUs)} GPUs, with the same bytes, "
+            "link and computation as the model prices: terms the model does not have and that grow with N "
+            "(stragglers: the slowest of N GPUs sets every step; Horovod 0.x's negotiation, every rank's "
+            "readiness sent to rank 0 each cycle)"
+        )
+    return f"{row.case}: {100 * -lost:.0f} points above the prediction: the model charges more than the run paid"
+
+
+def write_layer_table(path=None) -> None:
+    """Build every model of KERAS_MODELS without weights and write data/keras_layer_gradients.csv (about a minute on
+    two cores): `python -c "from utils.allreduce_model import write_layer_table; write_layer_table()"`."""
+    import keras
+    import pandas as pd
+
+    from utils.paths import DATA
+
+    tables = []
+    for name, application in KERAS_MODELS.items():
+        table = layer_table(getattr(keras.applications, application)(weights=None))
+        keras.backend.clear_session()
+        table.insert(0, "model", name)
+        table.insert(1, "keras_application", application)
+        table.insert(2, "position", range(len(table)))
+        tables.append(table)
+    pd.concat(tables).to_csv(path or DATA / "keras_layer_gradients.csv", index=False)
+
+
+def goal_verdict(table, share_goal: float = 0.75, configurations: int = 8, sources: int = 4) -> str:
+    """Lesson 03's goal against `tally`'s table: at least `share_goal` of at least `configurations` comparable
+    configurations from at least `sources` sources within GOAL; met, or by how much it is not."""
+    comparable = table[table["class"].isin(["hit", "miss"])]
+    share = float((comparable["class"] == "hit").mean()) if len(comparable) else 0.0
+    n, k = len(comparable), comparable.source.nunique()
+    head = f"Goal ({share_goal:.0%} of at least {configurations} comparable configurations from at least {sources} sources within ±10): "
+    if share >= share_goal and n >= configurations and k >= sources:
+        return head + f"met, {share:.0%} of {n} from {k} sources"
+    short = [f"{share_goal - share:.0%} short of the share"] if share < share_goal else []
+    short += [f"{configurations - n} configurations short"] if n < configurations else []
+    short += [f"{sources - k} sources short"] if k < sources else []
+    return head + f"not met, {share:.0%} of {n} from {k} sources: " + ", ".join(short)
+
+
+def trend_with_n(compared, cases) -> dict:
+    """For each `series` of data/published_scaling.csv with rows at several sizes: its rows (by GPUs) and the change
+    from the smallest to the largest size, published and predicted: {series: (rows, first N, last N, d_pub, d_model)}."""
+    rows = compared[compared.measure.eq("scaling efficiency") & compared.predicted.notna()].merge(
+        cases[["case", "series"]], on="case"
+    )
+    out = {}
+    for name, group in rows[rows.series.notna()].groupby("series", sort=False):
+        g = group.sort_values("GPUs")
+        if g.GPUs.nunique() > 1:
+            d_pub = float(g.published.iloc[-1] - g.published.iloc[0])
+            d_mod = float(g.predicted.iloc[-1] - g.predicted.iloc[0])
+            out[name] = (g, int(g.GPUs.iloc[0]), int(g.GPUs.iloc[-1]), d_pub, d_mod)
+    return out
+
+
+def trend_reading(trends: dict, tolerance: float = 0.05) -> str:
+    """Markdown generated from `trend_with_n`: each series' change with N, published against the model, and, where the
+    model misses the fall by more than `tolerance`, the terms it lacks, by kind of cluster."""
+    lines, missed = [], []
+    for name, (_, a, b, dp, dm) in trends.items():
+        gap = dp - dm
+        verdict = (
+            f": the model misses {100 * -gap:.0f} points of the fall"
+            if gap < -tolerance
+            else (f": the model falls {100 * gap:.0f} points more" if gap > tolerance else ": the model follows it")
+        )
+        lines.append(f"- **{name}**, {a} → {b} GPUs: published {100 * dp:+.1f} points, model {100 * dm:+.1f}{verdict}")
+        if gap < -tolerance:
+            missed.append(name)
+    if not missed:
+        return "\n".join(lines)
+    horovod = [s for s in missed if s.startswith("Horovod")]
+    server = [s for s in missed if not s.startswith("Horovod")]
+    text = (
+        "\n\nWhere the model misses the fall, it lacks terms that grow with N. In every series, **stragglers**: "
+        "lesson 02 measured that the slowest worker sets every step's pace, and the more GPUs, the slower the slowest."
+    )
+    if horovod:
+        text += (
+            f" In {', '.join(horovod)}, Horovod 0.x's **negotiation**: at each cycle every rank sent its list of ready "
+            "tensors to rank 0, which answered them all (`operations.cc` at 8318a89; Horovod's \"collective control "
+            'plane", commit 92454dae of June 2018, came after the 512-GPU run).'
+        )
+    if server:
+        text += (
+            f" In {', '.join(server)}, all on one server: its GPUs share the server's CPUs, host links and input "
+            "pipeline, which more GPUs load more (and the DGX-2 is another machine than the DGX-1)."
+        )
+    return (
+        "\n".join(lines)
+        + text
+        + " The cycle (5 ms) and the fusion buffer are in the model. None of the four sources gives a figure for these "
+        "terms on its cluster, so they are named here, not added: a term whose size would have to be chosen to close "
+        "the gap would be a fit."
+    )
+
+
+def horovod_fusion(cycle_ms: float) -> Fusion:
+    """Today's Horovod (128 MiB fusion buffer) with the cycle a run sets in HOROVOD_CYCLE_TIME (milliseconds)."""
+    return Fusion(
+        f"Horovod >= 0.21, {cycle_ms:g} ms cycle", HOROVOD_NOW.fusion_bytes, cycle_ms / 1e3, False, HOROVOD_NOW.source
+    )
+
+
+def lab_efficiency(
+    one_rank_step: float,
+    compute_step: float,
+    layer_bytes,
+    link_bytes_per_s,
+    fusion: Fusion,
+    overhead_seconds: float = 0.0,
+    n: int = 2,
+    backward_share: float = BACKWARD_SHARE,
+):
+    """One rank's step over the N-rank step that `overlap_step` predicts at each link rate (bytes/s) for a ring of `n`
+    ranks without latency (the lab's links): a float for one rate, an array for several."""
+    out = [
+        one_rank_step
+        / overlap_step(
+            compute_step,
+            layer_bytes,
+            lambda b, r=r: float(ring_seconds(n, b, 0.0, r)),
+            backward_share=backward_share,
+            fusion=fusion,
+            overhead_seconds=overhead_seconds,
+        ).seconds
+        for r in np.atleast_1d(np.asarray(link_bytes_per_s, dtype=float))
+    ]
+    return np.array(out) if np.ndim(link_bytes_per_s) else out[0]

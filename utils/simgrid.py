@@ -7,16 +7,21 @@ platform and reports the *simulated* time, for clusters no one can rent (256 GPU
     print(result.seconds, result.command)
 
 How it works: `smpicc` builds the C program against SMPI (once, cached under runs/simgrid/), and `smpirun`
-runs every MPI rank as a thread of one process; SimGrid decides when each message arrives from the platform
+runs every MPI rank as an actor of one process (a user-level context, SimGrid's default `contexts/factory:raw`,
+not an OS thread); SimGrid decides when each message arrives from the platform
 (a <cluster>: every host has one link to a switch) and the network model, and MPI_Wtime reads that simulated
 clock. Message contents are real but shared (SMPI_SHARED_MALLOC), and the time this machine spends adding
 floats is left out (smpi/simulate-computation:no): the result is communication time only.
 
 Network models (SimGrid's `network/model`), always stated in the command:
 - CM02 (the default here): no corrections; a message of b bytes on a path of latency L whose slowest link has
-  bandwidth B takes L + b/B, and flows sharing a link split it fairly (max-min): the alpha-beta arithmetic;
-- LV08: the same with TCP corrections, latency x 13.01 and bandwidth x 0.97 (SimGrid's default for its own
-  simulators);
+  bandwidth B takes L + b/B, and flows sharing a link split it max-min, each flow's share in inverse proportion
+  to its route's latency (network_cm02.cpp: a flow's sharing penalty is its latency; equal latencies, equal
+  shares): the alpha-beta arithmetic;
+- LV08: CM02 with TCP corrections fitted by Velho & Legrand (2009): latency x 13.01, bandwidth x 0.97, weight-S
+  20537, cross-traffic on and the 4 MiB TCP window (SimGrid's default for its own simulators). What this module
+  calls "LV08's two factors" (`STUDY`) applies its latency and bandwidth factors only, not its window or its
+  cross-traffic;
 - SMPI: smpirun's own default, factors by message size fitted on a real cluster (smpi/lat-factor and
   smpi/bw-factor; from 64 KiB up: latency x 11.64, bandwidth x 0.94).
 Two more settings are stated too: network/crosstraffic (off here: on, every transfer also loads its reverse path
@@ -96,8 +101,9 @@ ALGORITHMS: dict[str, str] = {
 }
 #: Network models (`--cfg=network/model:NAME`) and what they do.
 NETWORK_MODELS: dict[str, str] = {
-    "CM02": "no corrections: latency + bytes / bandwidth, fair sharing of each link (the alpha-beta arithmetic)",
-    "LV08": "TCP corrections: latency x 13.01, bandwidth x 0.97",
+    "CM02": "no corrections: latency + bytes / bandwidth, max-min sharing of each link, a flow's share in inverse "
+    "proportion to its route's latency (the alpha-beta arithmetic)",
+    "LV08": "TCP corrections: latency x 13.01, bandwidth x 0.97, weight-S 20537, cross-traffic and the 4 MiB window",
     "SMPI": "smpirun's default: factors by message size (from 64 KiB up: latency x 11.64, bandwidth x 0.94)",
 }
 #: (latency factor, bandwidth factor) of each model that takes them (SMPI has its own, by message size).
@@ -548,7 +554,7 @@ STUDY = (
     "simulated ring (lr)",
     "simulated two-level (smp_rsag)",
     "simulated Rabenseifner (rab_rdb)",
-    "simulated ring, TCP's factors on the network",
+    "simulated ring, LV08's two factors on the network",
     "simulated ring, backbone 4:1",
 )
 
