@@ -1117,7 +1117,7 @@ def container_processes(lab: Any, pod: str, marker: str) -> list[Any]:
 
 
 def prices() -> dict[str, float]:
-    """data/kubernetes_prices.csv (EKS control plane, EC2 nodes) and data/instance_prices.csv (SageMaker ml.*)."""
+    """EKS control plane and system node (data/kubernetes_prices.csv); GPU instances from utils.prices, the rest from data/instance_prices.csv."""
     import csv
 
     from utils import paths
@@ -1127,6 +1127,11 @@ def prices() -> dict[str, float]:
         with open(paths.DATA / name, newline="") as f:
             for row in csv.DictReader(f):
                 out[row.get("item") or row["instance_type"]] = float(row["usd_per_hour"])
+    # GPU instances: the course's price file (utils.prices: EC2 from AWS's Price List; SageMaker quoted where AWS
+    # published a training price, else EC2's x the ratio of AWS-owned pairs, an estimate) wins where it has a type.
+    from utils import prices as gpu_prices
+
+    out.update({k: p.usd_per_hour for k, p in gpu_prices.engine_price_table().items()})
     return out
 
 
