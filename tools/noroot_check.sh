@@ -108,7 +108,7 @@ as_user bash -c '
     [ -x ".venv/bin/$tool" ] || fail "$tool is not in the environment (.venv/bin)"
   done
   PATH="$PWD/.venv/bin:$PATH"
-  echo "[noroot] $(mpirun --version | head -1); smpirun: $(readlink -f .venv/bin/smpirun); $(.venv/bin/python -c "import horovod, horovod.tensorflow as h; print(\"Horovod\", horovod.__version__, \"MPI built:\", h.mpi_built(), \"Gloo built:\", h.gloo_built())")"
+  echo "[noroot] $(mpirun --version | head -1); smpirun: $(.venv/bin/python -c "import os; print(os.path.realpath(\".venv/bin/smpirun\"))"); $(.venv/bin/python -c "import horovod, horovod.tensorflow as h; print(\"Horovod\", horovod.__version__, \"MPI built:\", h.mpi_built(), \"Gloo built:\", h.gloo_built())")"
   .venv/bin/python -c "import horovod.tensorflow as h, sys; sys.exit(not h.mpi_built())" || fail "Horovod was built without MPI"
 ' || die "the environment lacks what the root path has (above)"
 

@@ -302,15 +302,22 @@ class Run:
             print(f"TRACKING off after epoch {epoch}: {self._why(err)}; training goes on", flush=True)
             self.active = False
 
-    def end(self, ok: bool) -> None:
-        """Mark the run FINISHED or FAILED."""
+    def end(self, ok: bool, retry_if_locked: bool = False) -> bool:
+        """Mark the run FINISHED or FAILED; False where it was not recorded. With `retry_if_locked`, a store locked
+        by a write of this same process (one a signal interrupted) leaves the run open and says nothing, so that the
+        caller can unwind that write and end the run again."""
         if not self.active:
-            return
-        self.active = False
+            return True
         try:
             self.mlflow.end_run("FINISHED" if ok else "FAILED")
         except Exception as err:
+            if retry_if_locked and "database is locked" in str(err):
+                return False
+            self.active = False
             print(f"TRACKING: the run's end was not recorded: {self._why(err)}", flush=True)
+            return False
+        self.active = False
+        return True
 
     def _why(self, err: Exception, where: str = "") -> str:
         """An error of the store in words: a damaged store's one line, else the error as MLflow raised it."""
@@ -329,6 +336,14 @@ def keras_callback(run: Run):
     return Track()
 
 
+class _Stopped(BaseException):
+    """Raised by the SIGTERM handler to unwind a write to the store that the signal interrupted."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
 def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
     """The run of a training script: its parsed `args` as parameters; ended FAILED if the script raises."""
     run = Run(vars(args), world_size=world_size, logs=logs, kind=kind)
@@ -337,15 +352,20 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
 
         def failed(*exc):
             run.end(ok=False)
+            if isinstance(exc[1], _Stopped):  # the write it interrupted is unwound: now the signal ends the process
+                os.kill(os.getpid(), exc[1].signum)
             previous(*exc)
 
         sys.excepthook = failed
         import signal
 
         def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
-            run.end(ok=False)
             signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            if run.end(ok=False, retry_if_locked=True):
+                os.kill(os.getpid(), signum)
+            # The signal came in the middle of this process's own write to the store, which holds its lock: unwind
+            # that write first; the excepthook above then records the end and lets the signal end the process.
+            raise _Stopped(signum)
 
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, stopped)
