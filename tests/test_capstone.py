@@ -140,47 +140,6 @@ def test_cluster_rejects_bad_figures():
 
 
 # ----------------------------------------------------------------------------------------------------
-# smallest_cluster
-
-
-@pytest.mark.parametrize(
-    ("work", "cluster"),
-    [
-        (cap.Workload(), cap.Cluster(grad_bytes=4e6)),
-        (cap.Workload(months=24), cap.Cluster(grad_bytes=4e6, efficiency=0.7)),
-        (cap.Workload(warm_fraction=0.2, overhead_minutes=20), cap.Cluster(grad_bytes=1e8, link_gbps=10)),
-        (cap.Workload(job_hours=0.5), cap.Cluster(grad_bytes=4e6, scale_batch=False)),
-    ],
-)
-def test_smallest_cluster_meets_the_budget_and_one_fewer_does_not(work, cluster):
-    n = cap.smallest_cluster(work, cluster)
-    assert n is not None
-    assert float(cluster.run_hours(n, work.training_hours)) <= work.budget_hours
-    if n > 1:
-        assert float(cluster.run_hours(n - 1, work.training_hours)) > work.budget_hours
-
-
-def test_smallest_cluster_of_a_job_already_fast_enough_is_one():
-    assert cap.smallest_cluster(cap.Workload(job_hours=0.5), cap.Cluster(grad_bytes=4e6)) == 1
-
-
-def test_more_growth_or_worse_efficiency_never_needs_fewer_workers():
-    cluster = cap.Cluster(grad_bytes=4e6)
-    today = cap.smallest_cluster(cap.Workload(), cluster)
-    later = cap.smallest_cluster(cap.Workload(months=24), cluster)
-    worse = cap.smallest_cluster(cap.Workload(), cap.Cluster(grad_bytes=4e6, efficiency=0.6))
-    assert later >= today and worse >= today
-    assert later > today, "1.05**24 = 3.2 times the data needs more workers"
-
-
-def test_no_cluster_when_communication_alone_exceeds_the_budget():
-    # fixed batch, 100 MB gradient on 1 Gb/s: S x 2K/B = 165600 x 0.16 s, days of allreduces at any N
-    slow = cap.Cluster(grad_bytes=100e6, link_gbps=1, scale_batch=False)
-    assert cap.smallest_cluster(cap.Workload(), slow) is None
-    assert cap.smallest_cluster(cap.Workload(), cap.Cluster(grad_bytes=4e6), max_workers=3) is None
-
-
-# ----------------------------------------------------------------------------------------------------
 # usd_per_day and decide
 
 
@@ -384,28 +343,6 @@ def test_schedule_can_be_created_in_moto(aws_request):
     assert stored["FlexibleTimeWindow"] == {"Mode": "FLEXIBLE", "MaximumWindowInMinutes": 15}
     assert stored["Target"]["Arn"] == "arn:aws:scheduler:::aws-sdk:sagemaker:createTrainingJob"
     assert json.loads(stored["Target"]["Input"]) == json.loads(schedule["Target"]["Input"])
-
-
-def test_options_rows_follow_their_inputs():
-    work = cap.Workload(job_hours=23.0, deadline_hours=1.0, overhead_minutes=10.0)
-    cluster = cap.Cluster(grad_bytes=100e6, link_gbps=25.0)
-    rows = cap.options(
-        work, cluster, a_speedup=4.0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={"A": 1, "B": 129, "E": 94}
-    )
-    by = {r.name[0]: r for r in rows}
-    assert by["A"].hours_per_run == pytest.approx(23.0 / 4.0 + 10 / 60) and by["A"].meets_deadline is False
-    n = cap.smallest_cluster(work, cluster)
-    assert by["B"].instances == by["E"].instances == n and by["B"].usd_per_day == by["E"].usd_per_day
-    assert by["B"].usd_per_day_spot == pytest.approx(0.3 * by["B"].usd_per_day)
-    assert (by["B"].code_lines, by["E"].code_lines) == (129, 94)
-    assert by["C"].meets_deadline is None and by["D"].meets_deadline is None
-    assert cap.decide(rows).option.name.startswith("E")
-    fast_gpu = cap.options(
-        work, cluster, a_speedup=40.0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={"A": 1, "B": 129, "E": 94}
-    )
-    assert fast_gpu[0].meets_deadline is True
-    with pytest.raises(ValueError):
-        cap.options(work, cluster, a_speedup=0, usd_per_gpu_hour=3.0, spot_fraction=0.3, code_lines={})
 
 
 def test_each_scheduled_run_gets_its_own_checkpoint_prefix():

@@ -143,33 +143,6 @@ def test_capstone_workers_by_hand(capsys):
     assert not checks.check_capstone_workers(0, work, cluster)
 
 
-def test_capstone_decision_by_hand(capsys):
-    from utils import capstone
-
-    work = capstone.Workload(job_hours=4.0, monthly_growth=0.0, overhead_minutes=0.0)
-    cluster = _fast_cluster()
-    lines = {"A": 1, "B": 10, "E": 20}
-    usd = 5 * 0.8 * 2.0 * 24  # 5 workers x 0.8 h x $2 x 24 runs (the allreduces add well under a cent)
-    assert checks.check_capstone_decision(("B. Horovod", 5, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
-    assert checks.check_capstone_decision(
-        {"choice": "B. Horovod", "workers": 5, "$ per day": round(usd)},
-        work,
-        cluster,
-        usd_per_gpu_hour=2.0,
-        code_lines=lines,
-    )
-    assert not checks.check_capstone_decision(
-        ("E. MWMS", 5, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines
-    )
-    assert "fewer lines: B" in capsys.readouterr().out
-    assert not checks.check_capstone_decision(
-        ("B. x", 5, 2 * usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines
-    )
-    assert not checks.check_capstone_decision(("B. x", 6, usd), work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
-    assert not checks.check_capstone_decision("B", work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
-    assert not checks.check_capstone_decision(None, work, cluster, usd_per_gpu_hour=2.0, code_lines=lines)
-
-
 def _row(name, usd, lines):
     from utils import capstone
 

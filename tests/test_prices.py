@@ -187,12 +187,7 @@ def test_an_unknown_type_is_refused_before_any_call(pricing):
     stub.assert_no_pending_responses()
 
 
-def test_no_credentials_is_one_clear_line(monkeypatch, tmp_path):
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_no_credentials_is_one_clear_line(no_aws_credentials):
     with pytest.raises(PermissionError) as err:
         prices.best_price("ml.p3.2xlarge", env={prices.ONLINE_FLAG: "1", "AWS_EC2_METADATA_DISABLED": "true"})
     assert "no AWS credentials found" in str(err.value) and "\n" not in str(err.value)

@@ -3,7 +3,7 @@
 Every figure the decision uses is an argument: the job's hours today, the data's growth, the deadline,
 the fixed minutes of every run, the share of a from-scratch training that a warm start needs (measured
 by `warm_start`), the link and gradient of the communication model (lessons 01 and 03), the scaling
-efficiency measured in a rehearsal, and the price of a worker-hour (data/instance_prices.csv).
+efficiency measured in a rehearsal, and the price of an instance-hour (utils.prices: data/aws_gpu_prices.csv).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -99,13 +99,6 @@ class Cluster:
         )
         comm = t - compute / n
         return (compute / (n * np.where(n > 1, self.efficiency, 1.0)) + comm) / HOUR
-
-
-def smallest_cluster(work: Workload, cluster: Cluster, max_workers: int = 4096) -> int | None:
-    """The fewest workers whose run (training + fixed overheads) meets the deadline, or None."""
-    n = np.arange(1, max_workers + 1)
-    ok = np.flatnonzero(cluster.run_hours(n, work.training_hours) <= work.budget_hours)
-    return int(n[ok[0]]) if ok.size else None
 
 
 @dataclass
@@ -271,66 +264,6 @@ def hourly_schedule(
 def invocation(schedule: dict, execution_id: str = "d32c5kddcf5bb8c3") -> dict:
     """The CreateTrainingJob request one invocation sends (the execution id filled in, as the scheduler does)."""
     return json.loads(schedule["Target"]["Input"].replace(EXECUTION_ID, execution_id))
-
-
-def options(
-    work: Workload,
-    cluster: Cluster,
-    *,
-    a_speedup: float,
-    usd_per_gpu_hour: float,
-    spot_fraction: float,
-    code_lines: dict[str, int],
-) -> list[Option]:
-    """The capstone's five options as rows: A from a published speed-up, B and E from T(N), C and D not comparable.
-
-    `code_lines` holds the lines each option adds to the single-worker script ("A", "B", "E").
-    """
-    if not a_speedup > 0 or not usd_per_gpu_hour > 0 or not 0 < spot_fraction <= 1:
-        raise ValueError("a_speedup and usd_per_gpu_hour must be positive, spot_fraction in (0, 1]")
-    a_hours = work.training_hours / a_speedup + work.overhead_minutes / 60
-    n = smallest_cluster(work, cluster)
-    hours = None if n is None else float(cluster.run_hours(n, work.training_hours)) + work.overhead_minutes / 60
-    day = None if n is None else usd_per_day(n, hours, usd_per_gpu_hour, 24 / work.deadline_hours)
-    spot = None if day is None else day * spot_fraction
-
-    def not_comparable(name: str, infra: str, risks: str) -> Option:  # no time, cost or lines to set beside the others
-        return Option(name, None, None, None, None, None, None, infra, risks)
-
-    def spread(name: str, lines: int, infra: str, risks: str) -> Option:
-        return Option(name, n is not None, hours, n, day, spot, lines, infra, risks)
-
-    return [
-        Option(
-            "A. a faster GPU (A100, mixed precision)",
-            a_hours <= work.deadline_hours,
-            a_hours,
-            1,
-            None,
-            None,
-            code_lines["A"],
-            "a new instance type",
-            f"a one-time x{a_speedup:.1f}; growth outruns it; no A100 price in the price file",
-        ),
-        spread(
-            "B. Horovod on SageMaker",
-            code_lines["B"],
-            "custom image (docker/horovod), MPI launcher with -np fix",
-            "Horovod's last release is 0.28.1 (2023); AWS's images dropped it at TF 2.13",
-        ),
-        not_comparable(
-            "C. SageMaker DeepAR",
-            "built-in algorithm, JSON Lines input",
-            "a different model to validate; no incremental training",
-        ),
-        not_comparable("D. Amazon EMR", "a Spark cluster to run", "still needs a distribution layer (B or E) on top"),
-        spread(
-            "E. MWMS on SageMaker's stock image",
-            code_lines["E"],
-            "stock TF 2.21 image, no launcher",
-            "Keras 3 fit fails under MWMS: a custom loop (lesson 05)",
-        ),
-    ]
 
 
 def scaled_link_bps(cluster: Cluster, lab_grad_bytes: float, lab_step_seconds: float) -> float:
@@ -646,7 +579,7 @@ def option_rows(
             n = c.only if float(c.fleet.run_hours(c.only, work.training_hours)) <= work.budget_hours else None
         else:
             n = fewest(work, c.fleet, c.at_least)
-        serial_fleet = dataclasses_replace(c.fleet, overlap=0.0)
+        serial_fleet = replace(c.fleet, overlap=0.0)
         shown = n if n is not None else (c.only or c.at_least)
         h = float(c.fleet.run_hours(shown, work.training_hours)) + overhead
         h_serial = float(serial_fleet.run_hours(shown, work.training_hours)) + overhead
@@ -669,16 +602,9 @@ def option_rows(
     return rows
 
 
-def dataclasses_replace(obj, **changes):
-    """dataclasses.replace, named so that the module's `replace`-free namespace stays as it was."""
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
-
-
 def serial_instances(work: Workload, fleet: Fleet, at_least: int = 1) -> int | None:
     """The fewest instances when the whole allreduce follows every step (the serial T(N): the pessimistic bound)."""
-    return fewest(work, dataclasses_replace(fleet, overlap=0.0), at_least)
+    return fewest(work, replace(fleet, overlap=0.0), at_least)
 
 
 class Heartbeat:
@@ -686,11 +612,8 @@ class Heartbeat:
     share of the machine other programs took so far (from a steady.CpuWatch, if given)."""
 
     def __init__(self, what: str, every: float = 10.0, watch=None, limit: float | None = None):
-        import threading
-
         self.what, self.every, self.watch, self.limit = what, every, watch, limit
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._beat = None
 
     def others_share(self) -> float | None:
         """The share of the machine other programs took since the watch began, or None without a watch."""
@@ -704,24 +627,23 @@ class Heartbeat:
         seconds = time.perf_counter() - w._start
         return min(1.0, w._others / (seconds * envinfo.cpu_info().usable_cores)) if seconds > 0 else 0.0
 
-    def _run(self) -> None:
-        import time
-
-        start = time.perf_counter()
-        while not self._stop.wait(self.every):
-            share = self.others_share()
-            busy = "" if share is None else f"; other programs took {share:.0%} of the machine so far"
-            if share is not None and self.limit is not None and share > self.limit:
-                busy += f" (above {self.limit:.0%}: unless that drops, this measurement will be set aside)"
-            print(f"  ... {self.what}: {time.perf_counter() - start:.0f} s{busy}", flush=True)
+    def says(self, seconds: float) -> str:
+        """The line shown after `seconds` of the measurement."""
+        share = self.others_share()
+        busy = "" if share is None else f"; other programs took {share:.0%} of the machine so far"
+        if share is not None and self.limit is not None and share > self.limit:
+            busy += f" (above {self.limit:.0%}: unless that drops, this measurement will be set aside)"
+        return f"  ... {self.what}: {seconds:.0f} s{busy}"
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        from utils import heartbeat
+
+        self._beat = heartbeat.stream(False, every=self.every, says=self.says)
+        self._beat.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._beat.__exit__(*exc)
 
 
 def request_on_type(config, aws, instance_type: str) -> dict:

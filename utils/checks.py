@@ -726,51 +726,6 @@ def check_capstone_workers(answer: int | None, work: Any, cluster: Any) -> bool:
     return True
 
 
-def check_capstone_decision(
-    answer: Any, work: Any, cluster: Any, *, usd_per_gpu_hour: float, code_lines: dict[str, int]
-) -> bool:
-    """Exercise (lesson 08): the option, workers and cost per day the table's rule gives for other inputs.
-
-    Judged by the definitions, not by a second call of the decision: the workers are the smallest cluster
-    that meets the deadline, the cost is workers x hours per run x price x runs a day, and of B and E (one
-    cluster, one price) the rule takes the one that adds fewer lines.
-    """
-    name = "decision for other inputs"
-    if answer is None:
-        print(f"[{name}] not answered yet: replace None with verdict(...)'s result for these inputs.")
-        return False
-    try:
-        choice, n, usd = (
-            (answer["choice"], answer["workers"], answer["$ per day"]) if isinstance(answer, dict) else answer
-        )
-        n, usd = int(n), float(usd)
-    except (KeyError, TypeError, ValueError):
-        print(f"[{name}] not quite: give verdict(...)'s result, or (choice, workers, $ per day); you gave {answer!r}")
-        return False
-    problem = _cluster_problem(n, work, cluster)
-    if problem:
-        print(f"[{name}] not quite: {problem}")
-        return False
-    hours = float(cluster.run_hours(n, work.training_hours)) + work.overhead_minutes / 60
-    runs = 24 / work.deadline_hours
-    cost = n * hours * usd_per_gpu_hour * runs
-    if abs(usd - cost) > max(1.0, 0.005 * cost):
-        print(
-            f"[{name}] not quite: {n} workers x {hours:.2f} h a run x ${usd_per_gpu_hour:g} x {runs:g} runs a day "
-            f"is ${cost:,.0f}, you gave ${usd:,.0f}"
-        )
-        return False
-    fewer = min(("B", "E"), key=lambda k: code_lines[k])
-    if not str(choice).startswith(fewer):
-        print(
-            f"[{name}] not quite: B and E need the same cluster at the same price, and at equal cost the rule "
-            f"takes the fewer lines: {fewer} ({code_lines[fewer]} lines)"
-        )
-        return False
-    print(f"[{name}] correct: {choice}, {n} workers, ${usd:,.0f} a day")
-    return True
-
-
 def check_capstone_choice(answer: Any, options: list[Any], runs_per_day: float, usd_per_hour: dict[str, float]) -> bool:
     """Exercise (lesson 08, 2026 table): the option, instances and cost per day the table's rule gives for other
     inputs. Judged by the definitions on the table of those inputs: the option meets the hour; its cost is

@@ -13,10 +13,14 @@ EVERY = 10.0
 
 @contextlib.contextmanager
 def stream(
-    show: Callable[[str], bool] | bool = False, what: str = "the workers", every: float = EVERY
+    show: Callable[[str], bool] | bool = False,
+    what: str = "the workers",
+    every: float = EVERY,
+    says: Callable[[float], str] | None = None,
 ) -> Iterator[Callable[[str], bool]]:
     """The `stream` to give utils.launch: the lines `show` selects (False: none), and while none comes for `every`
-    seconds a line that says how long `what` have run."""
+    seconds a line that says how long `what` have run (or `says(seconds)`, where given)."""
+    says = says or (lambda seconds: f"  ... {what}: {seconds:.0f} s, still running")
     select = show if callable(show) else (lambda line: bool(show))
     began = last = time.monotonic()
     done = threading.Event()
@@ -30,10 +34,10 @@ def stream(
 
     def note() -> None:
         nonlocal last
-        while not done.wait(0.5):
+        while not done.wait(min(0.5, every / 4)):
             if time.monotonic() - last >= every:
                 last = time.monotonic()
-                print(f"  ... {what}: {last - began:.0f} s, still running\n", end="", flush=True)
+                print(says(last - began) + "\n", end="", flush=True)
 
     ticker = threading.Thread(target=note, daemon=True)
     ticker.start()

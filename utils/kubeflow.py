@@ -965,39 +965,13 @@ def _heartbeat(stream: bool | Any, every: float = QUIET_NOTE):
     if not stream:
         yield stream
         return
-    import threading
-
-    from utils import launch
+    from utils import heartbeat, launch
 
     show = stream if callable(stream) else (lambda line: not launch._is_noise(line))
-    began = last = time.monotonic()
-    done = threading.Event()
-
-    def shown(line: str) -> bool:
-        nonlocal last
-        if show(line):
-            last = time.monotonic()
-            return True
-        return False
-
-    def note() -> None:
-        nonlocal last
-        while not done.wait(1.0):
-            if time.monotonic() - last >= every:
-                last = time.monotonic()
-                print(
-                    f"  ... {last - began:.0f} s since the containers started; waiting for their next line\n",
-                    end="",
-                    flush=True,
-                )
-
-    ticker = threading.Thread(target=note, daemon=True)
-    ticker.start()
-    try:
+    with heartbeat.stream(
+        show, every=every, says=lambda s: f"  ... {s:.0f} s since the containers started; waiting for their next line"
+    ) as shown:
         yield shown
-    finally:
-        done.set()
-        ticker.join()
 
 
 def _containers_start(runs: list[Pod], sshd: list[Pod], seconds: float | None) -> str:

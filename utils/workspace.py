@@ -344,16 +344,17 @@ class Workspace:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def _link_new(self, tmp: Path, dest: Path) -> None:
-        """`tmp` appears as `dest`, which must not exist (FileExistsError if it does): never an overwrite."""
+    def _link_new(self, tmp: Path, dest: Path) -> bool:
+        """`tmp` appears as `dest`; False (and nothing done) where `dest` exists already: never an overwrite."""
         try:
             os.link(tmp, dest)
         except FileExistsError:
-            raise
+            return False
         except OSError:  # a file system without hard links: the same check, with a short window
             if os.path.lexists(dest):
-                raise FileExistsError(dest) from None
+                return False
             os.rename(tmp, dest)
+        return True
 
     def keep(self, data: bytes, name: str, why: str) -> Path:
         """Saves `data` (a copy of lesson or exercise file `name`) in workspace/saved/ under a name no other save
@@ -371,11 +372,8 @@ class Workspace:
         try:
             for n in itertools.count(1):
                 dest = self.saved / f"{stem}.{why}-{stamp}{'' if n == 1 else f'-{n}'}{suffix}"
-                try:
-                    self._link_new(tmp, dest)
+                if self._link_new(tmp, dest):
                     return dest
-                except FileExistsError:
-                    continue
         finally:
             tmp.unlink(missing_ok=True)
         raise AssertionError("unreachable")
@@ -406,11 +404,9 @@ class Workspace:
                 if held.read_bytes() != read:
                     self._put_back(held, path)
                     raise _Changed
-                try:
-                    self._link_new(tmp, path)
-                except FileExistsError:  # a save made a new file at `path` in the instant it was away
+                if not self._link_new(tmp, path):  # a save made a new file at `path` in the instant it was away
                     self._put_back(held, path)
-                    raise _Changed from None
+                    raise _Changed
             except _Changed:
                 raise
             except BaseException:
@@ -429,21 +425,15 @@ class Workspace:
 
     def _put_back(self, held: Path, path: Path) -> None:
         """`held` back at `path`, or, where something new is at `path`, into workspace/saved/."""
-        try:
-            self._link_new(held, path)
-        except FileExistsError:
-            if path.read_bytes() != held.read_bytes():
-                self.late.append(self.keep(held.read_bytes(), path.name, "saved-during-update"))
+        if not self._link_new(held, path) and path.read_bytes() != held.read_bytes():
+            self.late.append(self.keep(held.read_bytes(), path.name, "saved-during-update"))
         held.unlink(missing_ok=True)
 
     def _create(self, path: Path, data: bytes) -> bool:
         """A new learner's copy at `path`; False where a file appeared there meanwhile (left as it is)."""
         tmp = self._tmp_file(data)
         try:
-            self._link_new(tmp, path)
-            return True
-        except FileExistsError:
-            return False
+            return self._link_new(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -503,11 +493,8 @@ class Workspace:
         old_saved = self.meta / "saved"
         for p in sorted(old_saved.glob("*.ipynb")) if old_saved.is_dir() else []:
             self.saved.mkdir(parents=True, exist_ok=True)
-            try:
-                self._link_new(p, self.saved / p.name)
-            except FileExistsError:
-                if (self.saved / p.name).read_bytes() != p.read_bytes():
-                    self.keep(p.read_bytes(), p.name.split(".", 1)[0] + ".ipynb", "saved")
+            if not self._link_new(p, self.saved / p.name) and (self.saved / p.name).read_bytes() != p.read_bytes():
+                self.keep(p.read_bytes(), p.name.split(".", 1)[0] + ".ipynb", "saved")
             p.unlink(missing_ok=True)
 
     # --- the course version a copy was merged with --------------------------------------------------------------
