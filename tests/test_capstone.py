@@ -454,6 +454,27 @@ def test_the_overlapped_step_hides_the_allreduce_behind_the_backward_pass():
     assert comm < 2 / 3 * step and step == pytest.approx(compute / 5), "NVSwitch: the allreduce hides entirely"
 
 
+def test_with_layers_a_gradient_leaves_only_once_the_backward_pass_made_it():
+    from utils import allreduce_model as am
+
+    # two layers of equal bytes and work; no fusion and no cycle: each leaves the moment it is ready
+    two = ((1.0, 1.0), (1.0, 1.0))
+    by_layer = cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5, layers=two, fusion=am.UNFUSED)
+    whole = cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5)
+    topo, compute = by_layer.topology(40), by_layer.step_seconds
+    half = am.fastest_algorithm(topo, RESNET50 / 2)[1]
+    # the first half is ready in the middle of the backward pass, the second at its end
+    first_ready, second_ready = compute / 3 + compute / 3, compute
+    expected = max(first_ready + half, second_ready) + half
+    assert by_layer.step(40)[0] == pytest.approx(expected)
+    assert by_layer.step(40)[0] > whole.step(40)[0] - 1e-12, "waiting for each gradient never beats the bound"
+    serial = cap.Fleet("ml.p3.2xlarge", RESNET50, network_gbps=2.5, overlap=0.0, layers=two, fusion=am.UNFUSED)
+    assert serial.step(40)[0] == pytest.approx(compute + 2 * half)
+    with pytest.raises(ValueError, match="layers"):
+        cap.Fleet("ml.p3.2xlarge", RESNET50, layers=((-1.0, 1.0),))
+    assert len(cap.Fleet.layers_of("ResNet-50 v1.5")) > 50
+
+
 def test_the_serial_bound_needs_about_a_third_more_one_gpu_workers():
     work = cap.Workload()
     fleet = cap.Fleet("ml.p3.2xlarge", RESNET50, efficiency=0.95, network_gbps=2.5)

@@ -421,19 +421,17 @@ def calibrate(
 
 
 def baseline_gbps(instance_type: str) -> float | None:
-    """The sustained network baseline AWS gives for an instance whose rate is 'up to' a burst (data/gpu_instances.csv
-    states it in the row's sources, as 'baseline 2.5 Gbps'), or None where the instance's rate is sustained."""
-    import re
-
-    from utils import allreduce_model
+    """The sustained baseline (Gbit/s) of an instance whose network is "up to" a burst (utils.links, from
+    data/network_rates.csv), or None where the instance's rate is sustained."""
+    from utils import allreduce_model, links
 
     table = allreduce_model.instances()
     if instance_type not in table.index:
         raise ValueError(
             f"unknown instance type {instance_type!r}: data/gpu_instances.csv knows {', '.join(table.index)}"
         )
-    found = re.search(r"baseline ([0-9.]+)", str(table.loc[instance_type, "sources"]))
-    return float(found.group(1)) if found else None
+    rate = links.decision_rate(instance_type)
+    return rate.gbps if rate.kind == "baseline" else None
 
 
 @functools.cache
@@ -452,7 +450,13 @@ class Fleet:
     allreduce_model's two-level one (NVLink or PCIe inside, the network between), NCCL's faster algorithm; it runs
     during the last `overlap` share of the computation (allreduce_model.BACKWARD_SHARE: the backward pass, as
     lesson 04 measures) and lengthens the step only beyond it. overlap=0 charges it after the step (serial T(N)).
-    `network_gbps` replaces the instance's rate (None: data/gpu_instances.csv's; pass the baseline for a burst)."""
+    `network_gbps` replaces the instance's rate (None: data/gpu_instances.csv's; pass the baseline for a burst).
+
+    With `layers` ((gradient bytes, multiply-adds) per layer, in the order the backward pass produces them, as
+    allreduce_model.layer_gradients gives them) the step is allreduce_model.overlap_step's, lessons 03 and 04's model:
+    each layer's gradient leaves only once it is ready, packed by `fusion` (Horovod's today by default), the layers'
+    bytes scaled to add up to `grad_bytes`. Without `layers` the whole allreduce may start as the backward pass does
+    (allreduce_model.step_efficiency: the optimistic bound)."""
 
     instance_type: str
     grad_bytes: float
@@ -461,8 +465,12 @@ class Fleet:
     efficiency: float = 1.0
     overlap: float = 2 / 3
     network_gbps: float | None = None
+    layers: tuple[tuple[float, float], ...] | None = None
+    fusion: object | None = None  # an allreduce_model.Fusion; None: HOROVOD_NOW
 
     def __post_init__(self) -> None:
+        if self.layers is not None and (not self.layers or any(b < 0 or w < 0 for b, w in self.layers)):
+            raise ValueError("layers: one (gradient bytes, multiply-adds) pair per layer, none negative")
         if not 0 < self.efficiency <= 1:
             raise ValueError(f"efficiency is a fraction in (0, 1], got {self.efficiency}")
         if not 0 <= self.overlap <= 1:
@@ -496,7 +504,28 @@ class Fleet:
         if topo.n > 1:
             compute /= self.efficiency
         comm = am.fastest_algorithm(topo, self.grad_bytes)[1] if topo.n > 1 else 0.0
-        return compute * float(am.step_efficiency(compute, comm, self.overlap)) ** -1, comm
+        if self.layers is None or topo.n == 1:
+            return compute * float(am.step_efficiency(compute, comm, self.overlap)) ** -1, comm
+        sizes = np.array([b for b, _ in self.layers], dtype=float)
+        sizes *= self.grad_bytes / sizes.sum()
+        work = np.array([w for _, w in self.layers], dtype=float)
+        step = am.overlap_step(
+            compute,
+            sizes,
+            lambda nbytes: am.fastest_algorithm(topo, nbytes)[1],
+            work if work.sum() > 0 else None,
+            backward_share=self.overlap,
+            fusion=self.fusion or am.HOROVOD_NOW,
+        )
+        return step.seconds, comm
+
+    @staticmethod
+    def layers_of(model: str) -> tuple[tuple[float, float], ...]:
+        """`layers` for one of data/keras_layer_gradients.csv's models, in backward order."""
+        from utils import allreduce_model as am
+
+        table = am.layer_gradients(model)
+        return tuple(zip(table.gradient_bytes.astype(float), table.macs.astype(float), strict=True))
 
     def run_hours(self, n, training_hours: float) -> np.ndarray:
         """Hours of training with `n` instances (a number or an array) for a job of `training_hours` on today's GPU."""
@@ -680,12 +709,13 @@ def today_choices(
     speedups: dict[str, float],
     lines: dict[str, int],
     p3_gbps: float,
+    layers: tuple[tuple[float, float], ...] | None = None,
 ) -> list[Choice]:
     """Lesson 08's options on today's instances. `price`: a prices.Price by ml. type (ml.p3.2xlarge, ml.g6e.12xlarge,
     ml.p4d.24xlarge, ml.p5.48xlarge); `speedups`: one GPU against today's V100 in float32 ("A100", "H100");
     `lines`: the lines each script adds to the single-worker one ("horovod" with its bridge, "mwms"); `p3_gbps`:
-    the one-GPU machines' link. Inside one instance the MWMS script mirrors over all its GPUs, and mixed precision
-    adds lesson 06's dtype line."""
+    the one-GPU machines' link; `layers`: the job's layers (Fleet.layers_of), for the per-layer overlap. Inside one
+    instance the MWMS script mirrors over all its GPUs, and mixed precision adds lesson 06's dtype line."""
     from utils import prices
 
     ec2 = {t: prices.ec2_price(t.removeprefix("ml.")).usd_per_hour for t in price}
@@ -693,7 +723,7 @@ def today_choices(
     mixed = lines["mwms"] + 1
 
     def fleet(t: str, x: float = 1.0, gbps: float | None = None) -> Fleet:
-        return Fleet(t, grad_bytes, speedup=x, efficiency=efficiency, network_gbps=gbps)
+        return Fleet(t, grad_bytes, speedup=x, efficiency=efficiency, network_gbps=gbps, layers=layers)
 
     def on(t: str, key: str, name: str, x: float, infra: str, risks: str, **kw) -> Choice:
         return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], **kw)
