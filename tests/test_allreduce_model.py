@@ -316,3 +316,33 @@ def test_lab_efficiency_is_the_per_layer_model_with_fusion_and_cycle():
     # a 10 ms cycle only delays (no per-call cost to save by fusing here): never a higher efficiency
     cycled = am.lab_efficiency(0.3, 0.4, layers, rates, am.horovod_fusion(10.0), overhead_seconds=0.05)
     assert np.all(cycled <= new + 1e-12)
+
+
+def test_the_mechanism_names_only_what_the_case_ran():
+    import pandas as pd
+
+    above = pd.Series(
+        {
+            "case": "x",
+            "class": "outside the model",
+            "measure": "bus bandwidth (GB/s)",
+            "published": 500.0,
+            "ceiling": 400.0,
+        }
+    )
+    assert "NVLS" in am.mechanism(above, pd.Series({"gpu": "H100", "library": "nccl-tests"}))
+    assert "NVLS" not in am.mechanism(above, pd.Series({"gpu": "A100", "library": "nccl-tests"}))
+    lost = pd.Series(
+        {
+            "case": "y",
+            "class": "miss",
+            "measure": "scaling efficiency",
+            "published": 0.6,
+            "predicted": 0.8,
+            "GPUs": 512,
+            "allreduce / backward": 0.9,
+        }
+    )
+    old = pd.Series({"gpu": "P100", "library": "Horovod 0.12"})
+    assert "negotiation" in am.mechanism(lost, old)
+    assert "negotiation" not in am.mechanism(lost, pd.Series({"gpu": "P100", "library": "TensorFlow"}))

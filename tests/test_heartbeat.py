@@ -13,6 +13,9 @@ def test_a_note_comes_while_nothing_is_shown_and_lines_are_selected(capsys):
     assert "the test:" in out and "still running" in out
 
 
-def test_false_shows_no_line():
-    with heartbeat.stream(False, every=60) as shown:
+def test_false_shows_no_line_and_notes_every_quiet_interval(capsys):
+    with heartbeat.stream(False, what="quiet", every=0.2, says=lambda s: f"after {s:.1f} s") as shown:
         assert not shown("anything")
+        time.sleep(0.7)
+    notes = capsys.readouterr().out.splitlines()
+    assert 2 <= len(notes) <= 4 and all(n.startswith("after ") for n in notes), notes

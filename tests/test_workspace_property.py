@@ -97,8 +97,6 @@ def test_the_merge_keeps_every_line_the_learner_wrote_and_a_second_sync_changes_
         text = "\n".join("".join(c["source"]) for c in json.loads(merged)["cells"])
         lost = [line for line in written if line not in text]
         assert not lost, f"lines the learner wrote are not in the working copy: {lost}"
-        saved = "".join(p.read_text() for p in ws.saved.glob("*.ipynb")) if ws.saved.exists() else ""
-        assert all(line in text or line in saved for line in written)
         added = [c for c in v2["cells"] if c["id"].startswith("course")]
         assert all("".join(c["source"]) in text for c in added), "a cell the course added is missing"
         if not written and not any(k in ("delete", "move") for k, _, _ in mine_ops):

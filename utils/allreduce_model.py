@@ -937,16 +937,23 @@ def tally_sentence(table) -> str:
     )
 
 
-def mechanism(row) -> str:
+def mechanism(row, case=None) -> str:
     """A generated sentence naming the mechanism behind a miss or a case outside the model (a row of
-    compare_published)."""
+    compare_published; `case`: its row of data/published_scaling.csv, for the GPU and the library)."""
+    gpu = "" if case is None else str(case.get("gpu", ""))
+    library = "" if case is None else str(case.get("library", ""))
     if row["class"] == "outside the model":
         if row.measure == "bus bandwidth (GB/s)":
-            return (
+            head = (
                 f"{row.case}: {row.published:.0f} GB/s is above the {row.ceiling:.0f} GB/s the model's ring or tree can "
-                "reach: NCCL ran an algorithm the model does not have; on H100 servers NVLS or NVLS-tree (the NVSwitch "
-                "adds, so a GPU sends its buffer once instead of twice) is the likely one; CollNet needs SHARP switches, "
-                "which EFA does not have, and PAT is not an allreduce algorithm in NCCL"
+                "reach: NCCL ran an algorithm the model does not have"
+            )
+            if not any(g in gpu for g in SWITCH_ADDS):
+                return head
+            return head + (
+                f"; on {gpu} servers NVLS or NVLS-tree (the NVSwitch adds, so a GPU sends its buffer once instead of "
+                "twice) is the likely one; CollNet needs SHARP switches, which EFA does not have, and PAT is not an "
+                "allreduce algorithm in NCCL"
             )
         return (
             f"{row.case}: the published {row.published:.3f} is above the optimistic bound {row.ceiling:.3f}: more than "
@@ -964,11 +971,15 @@ def mechanism(row) -> str:
             "GPUs of one server share its CPUs, memory, host links and input pipeline), not measured here"
         )
     if lost > 0:
+        negotiation = (
+            "; Horovod 0.x's negotiation, every rank's readiness sent to rank 0 each cycle"
+            if _fusion_of(library) is HOROVOD_0X
+            else ""
+        )
         return (
             f"{row.case}: {100 * lost:.0f} points below the prediction at {int(row.GPUs)} GPUs, with the same bytes, "
             "link and computation as the model prices: terms the model does not have and that grow with N "
-            "(stragglers: the slowest of N GPUs sets every step; Horovod 0.x's negotiation, every rank's "
-            "readiness sent to rank 0 each cycle)"
+            f"(stragglers: the slowest of N GPUs sets every step{negotiation})"
         )
     return f"{row.case}: {100 * -lost:.0f} points above the prediction: the model charges more than the run paid"
 
@@ -998,7 +1009,11 @@ def goal_verdict(table, share_goal: float = 0.75, configurations: int = 8, sourc
     comparable = table[table["class"].isin(["hit", "miss"])]
     share = float((comparable["class"] == "hit").mean()) if len(comparable) else 0.0
     n, k = len(comparable), comparable.source.nunique()
-    head = f"Goal ({share_goal:.0%} of at least {configurations} comparable configurations from at least {sources} sources within ±10): "
+    within = 100 * GOAL["scaling efficiency"]
+    head = (
+        f"Goal ({share_goal:.0%} of at least {configurations} comparable configurations from at least {sources} "
+        f"sources within ±{within:.0f}): "
+    )
     if share >= share_goal and n >= configurations and k >= sources:
         return head + f"met, {share:.0%} of {n} from {k} sources"
     short = [f"{share_goal - share:.0%} short of the share"] if share < share_goal else []
@@ -1023,9 +1038,10 @@ def trend_with_n(compared, cases) -> dict:
     return out
 
 
-def trend_reading(trends: dict, tolerance: float = 0.05) -> str:
+def trend_reading(trends: dict, tolerance: float = 0.05, sources: int | None = None) -> str:
     """Markdown generated from `trend_with_n`: each series' change with N, published against the model, and, where the
-    model misses the fall by more than `tolerance`, the terms it lacks, by kind of cluster."""
+    model misses the fall by more than `tolerance`, the terms it lacks, by kind of cluster (`sources`: how many sources
+    the table holds, for the closing sentence)."""
     lines, missed = [], []
     for name, (_, a, b, dp, dm) in trends.items():
         gap = dp - dm
@@ -1053,15 +1069,25 @@ def trend_reading(trends: dict, tolerance: float = 0.05) -> str:
         )
     if server:
         text += (
-            f" In {', '.join(server)}, all on one server: its GPUs share the server's CPUs, host links and input "
-            "pipeline, which more GPUs load more (and the DGX-2 is another machine than the DGX-1)."
+            f" In {', '.join(server)}, each on one server: its GPUs share the server's CPUs, host links and input "
+            "pipeline, which more GPUs load more."
         )
+        machines = [
+            s
+            for s in server
+            if trends[s][0].case.str.contains("dgx1").any() and trends[s][0].case.str.contains("dgx2").any()
+        ]
+        if machines:
+            text += (
+                f" ({', '.join(machines)} also changes machine: a DGX-1 at its smaller size, a DGX-2 at its larger.)"
+            )
     return (
         "\n".join(lines)
         + text
-        + " The cycle (5 ms) and the fusion buffer are in the model. None of the four sources gives a figure for these "
-        "terms on its cluster, so they are named here, not added: a term whose size would have to be chosen to close "
-        "the gap would be a fit."
+        + f" The cycle ({1e3 * HOROVOD_0X.cycle_seconds:g} ms in Horovod 0.x) and the fusion buffer are in the model. "
+        + ("None of the sources" if sources is None else f"None of the {sources} sources")
+        + " gives a figure for these terms on its cluster, so they are named here, not added: a term whose size would "
+        "have to be chosen to close the gap would be a fit."
     )
 
 
