@@ -163,7 +163,7 @@ def _signal_algo2_rank(tmp_path: Path, sig: int) -> dict:
         signaller.start()
         with pytest.raises(launch.WorkerError) as err:
             lab.mpirun(
-                sdk_line(["-np", "2"], "wait.py", per_node=1),
+                rehearsal.keep_last_np(sdk_line(["-np", "2"], "wait.py", per_node=1), rehearsal.mpirun_version())[0],
                 env={"HANG": str(started)},
                 cwd=tmp_path,
                 timeout=40,

@@ -22,7 +22,7 @@ import moto
 import pytest
 from conftest import needs_horovod
 
-from utils import data, paths, rehearsal, tracking
+from utils import data, netlab, paths, rehearsal, tracking
 
 BUCKET = "rehearsal-bucket"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
@@ -483,7 +483,9 @@ def test_on_the_lab_the_drivers_mpirun_line_runs_over_ssh(s3, show_code, tmp_pat
         s3, f"lab-mpi-{ranks}", show_code, "show.py", count=2, hps={"epochs": 1}, distributed=distributed
     )
     done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=120, stream=False, where="lab")
-    assert done.where == "lab" and done.commands == [done.driver_command] and done.driver_command[0] == "mpirun"
+    assert done.where == "lab" and done.driver_command[0] == "mpirun"
+    # the line run: the driver's own (with Open MPI 5 here: without its earlier -np, see the next test)
+    assert done.commands == [rehearsal.keep_last_np(done.driver_command, rehearsal.mpirun_version())[0]]
     assert done.ranks == ranks and done.planned_ranks == 4
     records = done.records()
     assert [r["rank"] for r in records] == list(range(ranks))
@@ -492,6 +494,31 @@ def test_on_the_lab_the_drivers_mpirun_line_runs_over_ssh(s3, show_code, tmp_pat
         assert env["OMPI_COMM_WORLD_SIZE"] == str(ranks) and env["SM_CURRENT_HOST"] == f"algo-{instance + 1}"
         assert env["SM_MODEL_DIR"] == "/opt/ml/model" and env["HOROVOD_CYCLE_TIME"] == "0.1"  # -x forwarded
         assert r["cwd"] == "/opt/ml/input/data/code" and r["argv"] == ["--epochs", "1"]
+
+
+@needs_mpi_lab
+def test_on_the_lab_open_mpi_5_runs_the_line_with_the_last_np_and_the_line_aws_runs_is_kept(
+    s3, show_code, tmp_path, monkeypatch, capsys
+):
+    """Where this machine's mpirun is Open MPI 5 (it keeps the first -np; SageMaker's 4.1 keeps the last), the lab
+    runs the driver's line without its -np 2 and says so in one line; driver_command stays the line AWS runs.
+    Played here with the version said to be 5.0.11: this machine's mpirun starts the line it is given."""
+    ran = []
+    real_mpirun = netlab.Lab.mpirun
+    monkeypatch.setattr(rehearsal, "mpirun_version", lambda program="mpirun": (5, 0, 11))
+    monkeypatch.setattr(
+        netlab.Lab, "mpirun", lambda lab, line, **kw: ran.append(list(line)) or real_mpirun(lab, line, **kw)
+    )
+    distributed = {"process_count_per_node": 2, "mpi_additional_options": ["-np", "4"]}
+    request = make_request(s3, "lab-ompi5", show_code, "show.py", count=2, hps={"epochs": 1}, distributed=distributed)
+    done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=120, stream=False, where="lab")
+    aws = done.driver_command
+    assert aws[3:5] == ["-np", "2"] and aws.count("-np") == 2 and rehearsal.ranks_in(aws) == 4, "AWS's line, as built"
+    assert ran == done.commands == [aws[:3] + aws[5:]], "run without the driver's -np 2"
+    notes = [n for n in done.notes if "keeps the first -np" in n]
+    printed = [line for line in capsys.readouterr().out.splitlines() if "keeps the first -np" in line]
+    assert printed == [f"[rehearsal] {notes[0]}"] and len(notes) == 1 and "Open MPI 5.0.11" in notes[0]
+    assert done.ranks == 4 and [r["rank"] for r in done.records()] == [0, 1, 2, 3]
 
 
 @needs_mpi_lab

