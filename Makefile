@@ -33,11 +33,20 @@ env:
 # they ran or edited; utils/workspace.py merges the course's updates into those copies. A lesson that cannot be
 # synced is named and left as it is, and JupyterLab opens all the same. Where the environment cannot take the
 # course's new pins (no network) but the one there runs JupyterLab, JupyterLab opens on it, with a warning.
+# The address JupyterLab prints (and opens, where it finds a browser) leads to the learner's copy of lesson 00
+# (to workspace/ while there is none), not to the Launcher. The course's settings overrides
+# (tools/jupyterlab_overrides.json: no "official Jupyter news?" prompt) go where this environment's JupyterLab reads
+# them, beside any of the learner's own (overrides.json); tools/check_lab.py gives its server the same file.
+LESSON_00 := workspace/00_start_here.ipynb
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d
 lab:
 	@bash tools/setup_env.sh || { $(VENV)/bin/python -c 'import jupyterlab' 2>/dev/null \
 	  && echo "[lab] WARNING: the environment could not be updated (above): JupyterLab opens on the one you have; run make env again when the network (or a wheelhouse) is back" >&2; } || exit 1
 	$(VENV)/bin/python -m utils.workspace sync || echo "[lab] the lessons could not be synced (above): JupyterLab opens all the same" >&2
-	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) workspace/00_start_here.ipynb
+	@mkdir -p $(LAB_OVERRIDES) && cp tools/jupyterlab_overrides.json $(LAB_OVERRIDES)/course.json \
+	  || echo "[lab] the course's JupyterLab settings could not be written (above): JupyterLab opens with its own" >&2
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS) --notebook-dir=$(CURDIR) \
+	  --LabApp.default_url=/lab/tree/$$([ -f $(LESSON_00) ] && echo $(LESSON_00) || echo workspace)
 
 # The lessons are merged even where the environment cannot take the course's new pins (the old one still runs them).
 update:

@@ -100,14 +100,16 @@ def stream(text):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
 
 
-def timed(cell, seconds, first=None):
-    """A code cell as an executed copy records it: it ran `seconds`, its first output came `first` s after it began."""
+def timed(cell, seconds, first=None, gap=None):
+    """A code cell as an executed copy records it: it ran `seconds`, its first output came `first` s after it began,
+    and its longest silence after that lasted `gap` s."""
     cell.metadata["execution"] = {
         "iopub.execute_input": "2026-11-27T10:00:00.000000Z",
         "shell.execute_reply": f"2026-11-27T10:00:{seconds:09.6f}Z",
     }
+    recorded = {"first_output_s": first, "longest_gap_s": gap}
     if first is not None:
-        cell.metadata["course"] = {"first_output_s": first}
+        cell.metadata["course"] = {key: value for key, value in recorded.items() if value is not None}
     return cell
 
 
@@ -162,6 +164,62 @@ def test_the_first_output_is_timed_when_a_lesson_is_executed(lab, tmp_path, monk
     monkeypatch.setattr(lab, "LONG_CELL_S", 2.0)
     monkeypatch.setattr(lab, "FIRST_OUTPUT_S", 1.0)
     assert [i for i, _ in lab.notebook_problems(copy, "t.ipynb")] == [0]
+
+
+def test_a_long_cell_silent_for_longer_than_the_limit_after_its_first_line_fails(lab):
+    cells = [
+        timed(new_code_cell("train()"), 50, first=0.2, gap=19.6),  # a line, then nothing for 19.6 s
+        timed(new_code_cell("train()"), 50, first=0.2, gap=9.8),  # a line every few seconds
+        timed(new_code_cell("train()"), 50, first=0.2),  # an older copy: no gap recorded, judged as before
+        timed(new_code_cell("train()"), 50, first=7.0, gap=30.0),  # late to start, and silent later too
+    ]
+    for cell in cells:
+        cell.outputs = [stream("epoch 1\n")]
+    found = dict(lab.notebook_problems(new_notebook(cells=cells), "lesson.ipynb"))
+    assert sorted(found) == [0, 3]
+    assert found[0].startswith(
+        f"a silent cell: it ran 50 s and once showed nothing for 20 s (limit {lab.MAX_GAP_S:.0f} s)"
+    )
+    assert "utils.heartbeat.stream" in found[0] and "tqdm" in found[0]
+    assert "showed nothing for its first 7 s" in found[3] and "showed nothing for 30 s" in found[3]
+    assert lab.silent(cells[0], max_gap=20.0) is None
+
+
+def test_the_longest_silence_is_timed_when_a_lesson_is_executed(lab, tmp_path, monkeypatch):
+    """utils.execution notes each cell's longest silence after its first output, from the kernel's messages; with the
+    limits shortened, the check finds the cell that goes quiet and passes the one that prints a line every few
+    tenths of a second."""
+    from utils import execution
+
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    pause = "import time\nprint('starting', flush=True)\ntime.sleep(1.5)\nprint('done', flush=True)"
+    steady = "for step in range(6):\n    print('step', step, flush=True)\n    time.sleep(0.25)"
+    nb = new_notebook(cells=[new_code_cell(pause), new_code_cell(steady)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, src / "t.ipynb")
+    execution.execute("t.ipynb", "smoke", folder=tmp_path / "executed", source_dir=src)
+    copy = nbformat.read(tmp_path / "executed" / "smoke" / "t.ipynb", as_version=4)
+    gaps = [cell.metadata["course"]["longest_gap_s"] for cell in copy.cells]
+    assert 1.4 <= gaps[0] <= 3.0 and gaps[1] < 1.0, gaps
+    monkeypatch.setattr(lab, "LONG_CELL_S", 1.0)
+    monkeypatch.setattr(lab, "MAX_GAP_S", 1.0)
+    assert [i for i, _ in lab.notebook_problems(copy, "t.ipynb")] == [0]
+
+
+def test_the_checks_server_applies_the_course_overrides_as_make_lab_writes_them_and_its_own(lab, tmp_path):
+    """The course's overrides file (make lab's: no news prompt) and the check's own (every cell attached), merged
+    plugin by plugin; the server started as the check starts it applies them all (check_settings)."""
+    news = "@jupyterlab/apputils-extension:notification"
+    assert lab.OVERRIDES[news] == {"fetchNews": "false", "checkForUpdates": False}
+    assert lab.OVERRIDES["@jupyterlab/notebook-extension:tracker"] == {"windowingMode": "none"}
+    (tmp_path / "work").mkdir()
+    server, base, token = lab.start_server(tmp_path / "work", tmp_path, tmp_path)
+    try:
+        lab.check_settings(base, token)
+    finally:
+        lab.stop_server(server)
+    assert (tmp_path / "work" / "app" / "overrides.d" / "course.json").read_text() == lab.COURSE_OVERRIDES.read_text()
 
 
 def uneven_ring(lab, *, demo, hint="", solution="19"):

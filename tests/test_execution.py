@@ -188,3 +188,31 @@ def test_the_first_output_of_each_cell_is_noted_in_seconds_from_its_start():
     for kind, seconds in [("execute_input", 0), ("status", 12)]:
         execution.note_first_output(msg(kind, seconds), quiet, started, 4)
     assert "course" not in quiet.metadata
+
+
+def test_the_longest_gap_between_outputs_and_to_the_end_is_noted_from_the_messages():
+    """note_gaps times the kernel's output messages, one by one (nbclient merges consecutive stream messages into one
+    output): the longest silence after the first output, to the next one or to the cell's end (its idle status)."""
+    start = dt.datetime(2026, 11, 27, 10, 0, 0, tzinfo=dt.UTC)
+
+    def msg(kind, seconds, **content):
+        return {"msg_type": kind, "header": {"date": start + dt.timedelta(seconds=seconds)}, "content": content}
+
+    def noted(messages, index=3):
+        cell, times = new_code_cell("train()"), {}
+        for message in messages:
+            execution.note_gaps(message, cell, times, index)
+        assert times == {}  # nothing kept once the cell ended
+        return cell.metadata.get("course", {}).get("longest_gap_s")
+
+    begin = [msg("status", 0, execution_state="busy"), msg("execute_input", 0.1)]
+    idle = lambda seconds: msg("status", seconds, execution_state="idle")
+    lines = [msg("stream", 4.6, name="stdout", text="a\n"), msg("stream", 5.0, name="stdout", text="b\n")]
+    # between two lines (the wait before the first is first_output_s), then to the end
+    assert noted([*begin, *lines, msg("stream", 21.04, name="stdout", text="c\n"), idle(22)]) == 16.0
+    assert noted([*begin, *lines, msg("display_data", 6.0, data={}), idle(26.25)]) == 20.2
+    # an update of a display shows something; an empty write shows nothing
+    update = msg("update_display_data", 12.0, data={})
+    assert noted([*begin, *lines, update, msg("stream", 13.0, name="stdout", text=""), idle(20.5)]) == 8.5
+    assert noted([*begin, idle(3.26)]) == 3.2  # nothing shown: the whole run is one silence
+    assert noted([msg("stream", 1, name="stdout", text="x"), idle(2)]) is None  # no start seen: nothing to time

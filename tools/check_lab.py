@@ -17,8 +17,10 @@ A cell fails when it shows:
 - a worker's raw result line, a line of printed output that starts with `RESULT {`, or with it after a worker's
   label (the JSON a launcher reads; a lesson shows what it says in words);
 - a silent cell: one that ran longer than LONG_CELL_S seconds and showed nothing in its first FIRST_OUTPUT_S
-  seconds, or nothing at all (its timing comes from the copy: nbclient's start and end of each cell, and the
-  first output's delay that utils.execution notes in the cell's metadata);
+  seconds, or nothing at all, or nothing for more than MAX_GAP_S seconds at a stretch after its first output (its
+  timing comes from the copy: nbclient's start and end of each cell, and the first output's delay and the longest
+  silence after it that utils.execution notes in the cell's metadata; a copy made before the longest silence was
+  noted is judged on the rest);
 - an exercise's answer in view before the learner asks for it (ANSWERS).
 
 The answers are found by their text, not by understanding the lesson. ANSWERS lists, for each exercise whose
@@ -68,12 +70,29 @@ from utils.paths import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "lab-check"
 VIEWPORT = {"width": 1366, "height": 900}
-#: Settings the check gives the server on top of JupyterLab's defaults (overrides.json). Every cell in the
-#: page, not only those near the viewport; no news or update checks (the check stays on this machine).
-OVERRIDES = {
+#: The course's settings overrides, which `make lab` puts where the environment's JupyterLab reads them
+#: (.venv/share/jupyter/lab/settings/overrides.d/course.json): no "official Jupyter news?" prompt. The check's server
+#: reads the same file from the same place in its own settings folder.
+COURSE_OVERRIDES = REPO_ROOT / "tools" / "jupyterlab_overrides.json"
+#: Settings the check adds for its own server (overrides.json): every cell in the page, not only those near the
+#: viewport; no update checks (the check stays on this machine).
+CHECK_OVERRIDES = {
     "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
-    "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False, "fetchNews": "false"},
+    "@jupyterlab/apputils-extension:notification": {"checkForUpdates": False},
 }
+
+
+def merged(*settings: dict[str, dict]) -> dict[str, dict]:
+    """Settings overrides one after the other, plugin by plugin, as JupyterLab merges its overrides files."""
+    out: dict[str, dict] = {}
+    for each in settings:
+        for plugin, values in each.items():
+            out.setdefault(plugin, {}).update(values)
+    return out
+
+
+#: Every setting the check's server must apply: the course's and the check's own (check_settings).
+OVERRIDES = merged(json.loads(COURSE_OVERRIDES.read_text()), CHECK_OVERRIDES)
 #: Lines on stderr that a lesson shows a learner on purpose: a pattern (regular expression) and why.
 ALLOWED_STDERR: dict[str, str] = {}
 #: A dollar amount in Markdown source: an unescaped `$`, a number, then a word or punctuation, as in
@@ -142,6 +161,9 @@ def markdown_amounts(nb, index: int, *, outputs: bool, pattern: re.Pattern = AMO
 #: saying what it starts, then progress. 5 s, not less: the copies checked are executed two lessons at a time on a
 #: 2-core machine (make test), where a cell's first imports alone can take a few seconds before its first line.
 LONG_CELL_S, FIRST_OUTPUT_S = 10.0, 5.0
+#: The course's rule for every cell: a line at least every MAX_GAP_S seconds while it runs (utils.heartbeat says a
+#: launched run is still going every 10 s for this).
+MAX_GAP_S = 15.0
 #: A worker's raw result line (`RESULT {json}`, which utils.launch reads for the lesson), alone or as the launcher
 #: streams it, after the worker's label ("[worker 1] ", or horovodrun's "[1]<stdout>:").
 RESULT_LINE = re.compile(r"^(?:\[[^\]\n]+\]\s*(?:<stdout>:)?)?RESULT \{", re.M)
@@ -281,15 +303,18 @@ def _seconds(start: str, end: str) -> float:
     return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
 
 
-def silent(cell) -> str | None:
-    """Why a code cell is silent (it ran past LONG_CELL_S and showed nothing in its first FIRST_OUTPUT_S), or None."""
+def silent(cell, max_gap: float | None = None) -> str | None:
+    """Why a code cell is silent (it ran past LONG_CELL_S and showed nothing in its first FIRST_OUTPUT_S, or once
+    nothing for longer than `max_gap`, MAX_GAP_S unless given, after its first output), or None."""
     timing = cell.get("metadata", {}).get("execution", {})
     if cell.cell_type != "code" or not {"iopub.execute_input", "shell.execute_reply"} <= set(timing):
         return None
     took = _seconds(timing["iopub.execute_input"], timing["shell.execute_reply"])
     if took <= LONG_CELL_S:
         return None
-    first = cell.get("metadata", {}).get("course", {}).get("first_output_s")
+    noted = cell.get("metadata", {}).get("course", {})
+    first, gap = noted.get("first_output_s"), noted.get("longest_gap_s")
+    max_gap = MAX_GAP_S if max_gap is None else max_gap
     fix = "print a line saying what it starts (flush=True), then progress (a line per step, or tqdm)"
     if not cell.get("outputs"):
         return f"a silent cell: it ran {took:.0f} s and showed nothing at all: {fix}"
@@ -298,8 +323,16 @@ def silent(cell) -> str | None:
             f"it ran {took:.0f} s, and when its first output came is not recorded: execute the lesson again "
             "(python -m utils.execution), which records it"
         )
+    found = []
     if first > FIRST_OUTPUT_S:
-        return f"a silent cell: it ran {took:.0f} s and showed nothing for its first {first:.0f} s: {fix}"
+        found.append(f"showed nothing for its first {first:.0f} s: {fix}")
+    if gap is not None and gap > max_gap:
+        found.append(
+            f"once showed nothing for {gap:.0f} s (limit {max_gap:.0f} s): print a line every few seconds while "
+            "it works (a launched run: utils.heartbeat.stream; a loop: a line per step, or tqdm)"
+        )
+    if found:
+        return f"a silent cell: it ran {took:.0f} s and " + "; and it ".join(found)
     return None
 
 
@@ -385,9 +418,11 @@ def cell_problems(nb, seen: dict) -> list[str]:
 
 def start_server(work: Path, root: Path, out: Path) -> tuple[subprocess.Popen, str, str]:
     """A headless JupyterLab server as `make lab` starts it (this environment, the repository as its root),
-    with the check's settings overrides and its own empty user settings, workspaces and trust database."""
-    (work / "app").mkdir()
-    (work / "app" / "overrides.json").write_text(json.dumps(OVERRIDES, indent=1))
+    with the course's settings overrides as `make lab` puts them, the check's own, and its own empty user settings,
+    workspaces and trust database."""
+    (work / "app" / "overrides.d").mkdir(parents=True)
+    shutil.copy(COURSE_OVERRIDES, work / "app" / "overrides.d" / "course.json")
+    (work / "app" / "overrides.json").write_text(json.dumps(CHECK_OVERRIDES, indent=1))
     port, token = portpicker.pick_unused_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_PATH": str(REPO_ROOT / ".venv" / "share" / "jupyter")}
     jupyter = Path(sys.executable).with_name("jupyter")
@@ -426,8 +461,8 @@ def stop_server(server: subprocess.Popen) -> None:
 
 
 def check_settings(base: str, token: str) -> None:
-    """Fail unless the server applies the check's overrides (JupyterLab's settings API: overrides become the
-    schema's defaults, and the check's own user settings are empty)."""
+    """Fail unless the server applies the course's and the check's overrides (JupyterLab's settings API: overrides
+    become the schema's defaults, and the check's own user settings are empty)."""
     for plugin, wanted in OVERRIDES.items():
         with urllib.request.urlopen(f"{base}/lab/api/settings/{plugin}?token={token}", timeout=30) as answer:
             found = json.load(answer)
@@ -435,7 +470,10 @@ def check_settings(base: str, token: str) -> None:
         composite.update(found["settings"])
         for key, value in wanted.items():
             if composite.get(key) != value:
-                raise RuntimeError(f"JupyterLab's {plugin} has {key}={composite.get(key)!r}, not the check's {value!r}")
+                raise RuntimeError(
+                    f"JupyterLab's {plugin} has {key}={composite.get(key)!r}, not the overrides' {value!r} "
+                    f"({_shown(COURSE_OVERRIDES)} or CHECK_OVERRIDES)"
+                )
 
 
 def shut_down_kernels(base: str, token: str) -> None:

@@ -9,8 +9,9 @@ A copy lives in build/executed/<mode>/<lesson>.ipynb. Its metadata (`course_buil
 hash of the lesson's code cells it ran (utils.course.code_hash): `ensure` reuses a copy while both still
 match, and executes the lesson again otherwise; `course_run` records the machine, the date and the time it
 took (the website says so on each page). Each cell's metadata keeps nbclient's timing (`execution`: when it started and
-ended) and, under `course`, `first_output_s`: how many seconds after it started its first output came, so that a long
-cell that shows nothing for a while can be found (tools/check_lab.py). The notebooks in git stay without outputs.
+ended) and, under `course`, `first_output_s`: how many seconds after it started its first output came, and
+`longest_gap_s`: its longest silence after that, to its next output or to its end, so that a long cell that shows
+nothing for a while can be found (tools/check_lab.py). The notebooks in git stay without outputs.
 """
 
 from __future__ import annotations
@@ -120,12 +121,52 @@ def note_first_output(msg: dict, cell, started: dict[int, dt.datetime], index: i
         cell.metadata.setdefault("course", {}).setdefault("first_output_s", seconds)
 
 
+#: What changes what a running cell shows: an output, or an update of one it displayed (a progress display).
+SHOWN_MESSAGES = OUTPUT_MESSAGES | {"update_display_data"}
+
+
+@dataclass
+class Silence:
+    """A running cell's timing for note_gaps: when it started, when it last showed something, its longest silence."""
+
+    started: dt.datetime
+    last: dt.datetime | None = None
+    longest: float = 0.0
+
+
+def note_gaps(msg: dict, cell, running: dict[int, Silence], index: int) -> None:
+    """Record in cell.metadata["course"]["longest_gap_s"] (seconds, one decimal) the cell's longest silence after its
+    first output: between two outputs, or from its last output to its end (its idle status); for a cell that showed
+    nothing, its whole run. Each of the kernel's messages is timed as the kernel dated it, whether or not the notebook
+    merges it into the output before (consecutive stream writes); a write of no text shows nothing and does not
+    count. `running` holds the timing of each running cell by index, and forgets it when the cell ends."""
+    date = msg.get("header", {}).get("date")
+    if not isinstance(date, dt.datetime):
+        return
+    kind, content = msg.get("msg_type"), msg.get("content") or {}
+    if kind == "execute_input":
+        running[index] = Silence(date)
+        return
+    timing = running.get(index)
+    if timing is None:
+        return
+    if kind in SHOWN_MESSAGES and not (kind == "stream" and not content.get("text")):
+        if timing.last is not None:
+            timing.longest = max(timing.longest, (date - timing.last).total_seconds())
+        timing.last = date
+    elif kind == "status" and content.get("execution_state") == "idle":
+        del running[index]
+        since = timing.last or timing.started
+        longest = max(timing.longest, (date - since).total_seconds())
+        cell.metadata.setdefault("course", {})["longest_gap_s"] = round(longest, 1)
+
+
 class LessonRun(nb_run.NotebookRun):
     """nbmake's run of one notebook (`nbmake.nb_run.NotebookRun`: a fresh kernel, the notebook's folder as working
     folder, a time limit per cell, the failing cell found), with the kernel manager's settings of kernel_config():
     nbmake builds its nbclient `NotebookClient` with no configuration, so the class it builds is replaced for the
     length of one run by one that passes ours, and that also notes when each cell's first output came
-    (note_first_output)."""
+    (note_first_output) and its longest silence after it (note_gaps)."""
 
     def execute(self) -> nb_result.NotebookResult:
         from nbclient import NotebookClient
@@ -136,9 +177,11 @@ class LessonRun(nb_run.NotebookRun):
             def __init__(self, nb, **kwargs):
                 super().__init__(nb, config=config, **kwargs)
                 self.started: dict[int, dt.datetime] = {}
+                self.running: dict[int, Silence] = {}
 
             def process_message(self, msg, cell, cell_index):
                 note_first_output(msg, cell, self.started, cell_index)
+                note_gaps(msg, cell, self.running, cell_index)
                 return super().process_message(msg, cell, cell_index)
 
         original, nb_run.NotebookClient = nb_run.NotebookClient, ConfiguredClient
