@@ -708,3 +708,91 @@ def test_a_lesson_finds_the_learners_exercise_copy_or_else_the_courses(tmp_path)
     assert workspace.exercise_file("mwms_todo.py", root, course) == course / "mwms_todo.py"  # no workspace (CI)
     workspace.Workspace(root, tmp_path / "none", course).sync_exercise("mwms_todo.py")
     assert workspace.exercise_file("mwms_todo.py", root, course) == root / "exercises" / "mwms_todo.py"
+
+
+def test_W04_copies_of_lessons_the_course_renamed_or_removed_are_named_as_kept(tmp_path, capsys):
+    for n, name in enumerate(LESSONS):  # each lesson's cells with ids of their own, as the course's have
+        write(
+            tmp_path / "notebooks" / name,
+            notebook([(f"c{i}" if n == 0 else f"l{n}c{i}", f"x{i} = {i}") for i in range(6)]),
+        )
+    ws = workspace.Workspace(tmp_path / "workspace", tmp_path / "notebooks")
+    ws.sync()
+    edit(ws.root / "01_one.ipynb", "c1", MINE)
+    edit(ws.root / "03_three.ipynb", "l2c2", "MY OTHER CELL")
+    write(ws.root / "my_notes.ipynb", notebook([("n1", "my own notebook")]))
+    before = {p.name: p.read_bytes() for p in ws.root.glob("*.ipynb")}
+    # the course renames 01 (and changes it) and removes 03, as a `git pull` brings it
+    renamed = read(ws.course / "01_one.ipynb")
+    renamed["cells"][3]["source"] = "x3 = 'course'"
+    write(ws.course / "01_first.ipynb", renamed)
+    (ws.course / "01_one.ipynb").unlink()
+    (ws.course / "03_three.ipynb").unlink()
+    args = ["--root", str(ws.root), "--course", str(ws.course)]
+    for command in ("sync", "status", "sync"):
+        assert workspace.main([*args, command]) == 0
+        out = capsys.readouterr().out.splitlines()
+        for name in ("01_one.ipynb", "03_three.ipynb"):
+            said = [line for line in out if f"{name}:" in line]
+            assert len(said) == 1, out
+            assert all(w in said[0] for w in ("kept", "untouched", "no longer", "updated")), said
+            assert "not edited" not in said[0]  # both were edited
+        assert "01_first.ipynb" in next(line for line in out if "01_one.ipynb:" in line)  # where the lesson went
+        if command == "sync":
+            assert any("2 lessons in" in line for line in out), out
+        else:
+            assert "not a lesson of the course" in next(line for line in out if "my_notes.ipynb" in line)
+        for name, data in before.items():
+            assert (ws.root / name).read_bytes() == data  # untouched
+    gone = "no longer in the course"
+    assert [(c.lesson, c.action) for c in ws.sync()] == [
+        ("01_first.ipynb", "unchanged"),
+        ("02_two.ipynb", "unchanged"),
+        ("01_one.ipynb", gone),
+        ("03_three.ipynb", gone),
+    ]
+
+
+def test_W25_a_copy_that_is_a_link_stays_a_link(ws, tmp_path, capsys):
+    real = tmp_path / "elsewhere" / "my_lesson_01.ipynb"
+    real.parent.mkdir()
+    os.replace(ws.root / "01_one.ipynb", real)  # the learner moved their copy out and left a link in its place
+    link = ws.root / "01_one.ipynb"
+    link.symlink_to(real)
+    edit(real, "c1", MINE)
+    before = real.read_bytes()
+    edit(ws.course / "01_one.ipynb", "c3", "x3 = 'course'")
+    edit(ws.course / "02_two.ipynb", "c3", "x3 = 'course'")
+    args = ["--root", str(ws.root), "--course", str(ws.course)]
+    for _ in range(2):
+        assert workspace.main([*args, "sync"]) == 0
+        out = capsys.readouterr()
+        assert link.is_symlink() and link.resolve() == real.resolve()
+        assert real.read_bytes() == before  # nothing written through the link
+        said = [line for line in (out.out + out.err).splitlines() if "01_one.ipynb:" in line]
+        assert len(said) == 1 and "link" in said[0] and f"mv {real}" in said[0], said
+        assert src(read(ws.root / "02_two.ipynb"), "c3") == "x3 = 'course'"  # the other lessons still sync
+    status = str(ws.status()[0])
+    assert "the course has changed it since" in status and "link" in status
+    # as the line says: the file itself in place of the link, and the next sync merges the course's change
+    os.replace(real, link)
+    assert ws.sync()[0].action == "merged"
+    assert src(read(link), "c1") == MINE and src(read(link), "c3") == "x3 = 'course'"
+    no_leftovers(ws)
+
+
+def test_W25_an_exercise_copy_that_is_a_link_stays_a_link(tmp_path):
+    course, ex = tmp_path / "notebooks", tmp_path / "exercises"
+    write(course / "01_one.ipynb", course_v1())
+    ex.mkdir()
+    (ex / "mwms_todo.py").write_text(TODO_V1)
+    w = workspace.Workspace(tmp_path / "workspace", course, ex)
+    w.sync()
+    real, link = tmp_path / "mine.py", w.root / "exercises" / "mwms_todo.py"
+    os.replace(link, real)
+    link.symlink_to(real)
+    real.write_text(TODO_V1.replace("workers = None", "workers = 2"))
+    (ex / "mwms_todo.py").write_text(TODO_V1.replace("An exercise.", "An exercise (fixed)."))
+    change = w.sync()[1]
+    assert change.action == "left as it was" and "link" in change.detail
+    assert link.is_symlink() and real.read_text() == TODO_V1.replace("workers = None", "workers = 2")

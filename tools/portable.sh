@@ -83,26 +83,59 @@ default_tf_package() {
   fi
 }
 
+# readable_lines: standard input (what a program printed: any bytes, at most 64 kB read) as lines a terminal shows
+# as they are: terminal escape sequences, NULs and other control characters removed (a tab or carriage return
+# becomes a space), each byte that is not ASCII (invalid UTF-8 too) shown as '?', spaces squeezed, blank lines
+# dropped, and each line cut to 200 characters.
+readable_lines() {
+  local esc bel
+  esc="$(printf '\033')"
+  bel="$(printf '\007')"
+  head -c 65536 | LC_ALL=C tr -d '\000' \
+    | LC_ALL=C sed -e "s|$esc\\[[0-9;?]*[ -/]*[@-~]||g" -e "s|$esc\\][^$bel]*$bel\\{0,1\\}||g" -e "s|$esc.||g" \
+    | LC_ALL=C tr '\200-\377' '?' | LC_ALL=C tr '\001-\011\013-\037\177' ' ' \
+    | LC_ALL=C awk '{ $1 = $1 } NF { if (length($0) > 200) $0 = substr($0, 1, 197) "..."; print }'
+}
+
 # nvidia_gpus: the NVIDIA GPUs that `nvidia-smi -L` lists, on one line in $nvidia_gpu_names ("NVIDIA A10G",
 # "4 x NVIDIA A10G"). Returns 0 when it lists at least one; 1 when there is no nvidia-smi; 2 when nvidia-smi
-# fails or lists no GPU, with what happened in $nvidia_smi_said ("failed (exit 9: NVIDIA-SMI has failed ...)").
+# fails or lists no GPU, with what happened, on one readable line, in $nvidia_smi_said ("failed (exit 9:
+# NVIDIA-SMI has failed ...)", "lists no GPU (exit 0: printed nothing)", "failed (exit 124: no answer in 20 s)").
 nvidia_gpus() {
-  local out rc limit
+  local out rc limit tmp start
   nvidia_gpu_names=""
   nvidia_smi_said=""
   command -v nvidia-smi >/dev/null 2>&1 || return 1
-  # A driver in a bad state can leave nvidia-smi hanging; listing the GPUs takes well under a second.
+  # A driver in a bad state can leave nvidia-smi hanging; listing the GPUs takes well under a second. It is
+  # stopped after $COURSE_NVIDIA_SMI_TIMEOUT s (20 by default; the tests use less): SIGTERM to its process group,
+  # then SIGKILL 2 s later. Its output goes to a file, not a pipe: $(...) would wait for the pipe's end, which a
+  # child it started in a session of its own (out of the group's reach) can hold open for as long as it lives.
   limit="${COURSE_NVIDIA_SMI_TIMEOUT:-20}"
-  out="$(KILL_AFTER=2 with_timeout "$limit" nvidia-smi -L 2>&1)" && rc=0 || rc=$?
-  if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep -q '^GPU '; then
+  case "$limit" in '' | *[!0-9.]* | *.*.* | .*) limit=20 ;; esac
+  if ! tmp="$(mktemp "${TMPDIR:-/tmp}/course-nvidia-smi.XXXXXX" 2>/dev/null)"; then
+    nvidia_smi_said="could not be asked (no temporary file can be made in ${TMPDIR:-/tmp}: set TMPDIR to a writable folder)"
+    return 2
+  fi
+  start=$SECONDS
+  KILL_AFTER=2 with_timeout "$limit" nvidia-smi -L </dev/null >"$tmp" 2>&1 && rc=0 || rc=$?
+  out="$(readable_lines <"$tmp")" || out=""
+  rm -f "$tmp"
+  if [ "$rc" = 0 ] && printf '%s\n' "$out" | grep '^GPU ' >/dev/null; then
     # "GPU 0: NVIDIA A10G (UUID: GPU-...)" -> "NVIDIA A10G"; identical GPUs counted, in the order listed
     nvidia_gpu_names="$(printf '%s\n' "$out" | sed -n -e '/^GPU /!d' -e 's/^GPU [0-9]*: //' -e 's/ (UUID:.*//' -e p | awk '
       { if (!($0 in n)) order[++k] = $0; n[$0]++ }
       END { for (i = 1; i <= k; i++) s = s (i > 1 ? ", " : "") (n[order[i]] > 1 ? n[order[i]] " x " : "") order[i]; print s }')"
     return 0
   fi
-  [ "$rc" = 124 ] && out="no answer in $limit s"
-  out="exit $rc: $(printf '%s\n' "$out" | awk 'NF { print; exit }')"
+  if [ "$rc" = 124 ]; then
+    out="no answer in $limit s"
+  elif [ "$rc" = 137 ] && [ $((SECONDS - start)) -ge "${limit%.*}" ]; then  # GNU timeout's SIGKILL, 2 s after TERM
+    out="no answer in $limit s; it ignored SIGTERM and was killed"
+  else
+    out="$(printf '%s\n' "$out" | sed -n 1p)"
+    [ -n "$out" ] || out="printed nothing"
+  fi
+  out="exit $rc: $out"
   if [ "$rc" = 0 ]; then nvidia_smi_said="lists no GPU ($out)"; else nvidia_smi_said="failed ($out)"; fi
   return 2
 }

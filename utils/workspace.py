@@ -30,6 +30,10 @@ Nothing the learner wrote is lost, as a database keeps a committed row:
   run removes those an interrupted one left.
 - A copy that cannot be read (empty, cut short, nbformat 3, a byte-order mark) or written (disk full, read-only)
   is left as it is, with one line that names it and says what to do; the other lessons still sync.
+- A copy that is a symbolic link is never written through, nor replaced by a file (which would detach the file it
+  points to): sync leaves it as it is and says how to have the course's changes merged.
+- A copy of a lesson the course has since renamed or removed is kept, untouched; sync and status name it, one
+  line each, as no longer updated by the course.
 
 The exercise files that lessons ask the learner to edit (scripts/exercises/*_todo.py) are copied into
 `workspace/exercises/` the same way and merged line by line (`git merge-file`); where the course changed lines the
@@ -82,6 +86,8 @@ OPEN_ADVICE = (
     "screen is kept), then run sync again to merge the course's change into it; or close the tab without saving "
     "and open the file again"
 )
+#: The action of a learner's copy of a lesson the course no longer has (renamed or removed since it was copied).
+GONE = "no longer in the course"
 #: Points where a test can act (HOOKS[point](path)) or, with COURSE_WORKSPACE_KILL_AT=point, the process is killed.
 HOOKS: dict[str, Callable[[Path], None]] = {}
 
@@ -318,6 +324,63 @@ class Workspace:
             f"left as it is; `python -m utils.workspace reset {self._number(name)}` replaces it with the course's "
             "version (yours is saved in workspace/saved/ first)"
         )
+
+    @staticmethod
+    def _link(path: Path, course_p: Path) -> str | None:
+        """Where the learner's copy `path` is a symbolic link, why sync leaves it as it is and what to do, in one
+        line; else None. Sync never writes through a link: the file it points to can be anywhere (another clone,
+        a synced folder, even the course's own copy in notebooks/), out of reach of the workspace's lock, its
+        temporary files and the recovery of an interrupted run; nor does it replace the link by a file, which
+        would leave the learner's file behind, no longer the one JupyterLab opens."""
+        if not path.is_symlink():
+            return None
+        target = Path(os.path.realpath(path))
+        return (
+            f"{path} is a link to {target}, and sync does not write through links, so the course's changes are not "
+            f"merged into it; to have them merged, put your file in place of the link (mv {target} {path}) and run "
+            f"sync again; the course's version is {course_p}"
+        )
+
+    def orphans(self) -> list[Change]:
+        """The learner's copies of lessons that the course has renamed or removed since they were copied (this
+        lesson's record is in .course/base/, the course's file is not): one Change each, kept and untouched."""
+        lessons = self.lessons()
+        ids: dict[str, set[str]] = {}  # each lesson's cell ids, read at the first orphan
+        out = []
+        for record in sorted(self.base.glob("*.ipynb")) if self.base.is_dir() else []:
+            name, mine_p = record.name, self.root / record.name
+            if name in lessons or not os.path.lexists(mine_p):
+                continue
+            detail = (
+                "kept as it is, untouched, but no longer updated by the course, which renamed or removed this lesson"
+            )
+            try:
+                old = parse(record.read_bytes(), record)
+            except (OSError, LessonError):
+                old = None
+            try:
+                mine = _read(mine_p)
+                found = self.base_of(name, mine)
+                edited = found is None or _text(mine) != _text(found[0])
+            except (OSError, LessonError):
+                edited = True
+            if old is not None:
+                if not ids:
+                    for lesson in lessons:
+                        try:
+                            ids[lesson] = {c.get("id") for c in _read(self.course / lesson)["cells"]} - {None}
+                        except (OSError, LessonError):
+                            ids[lesson] = set()
+                # the lesson it was renamed to, if one lesson (and one only) has most of its cells
+                mine_ids = {c.get("id") for c in old["cells"]} - {None}
+                most = [n for n, i in ids.items() if mine_ids and len(mine_ids & i) > len(mine_ids) / 2]
+                if len(most) == 1:
+                    detail += f"; most of its cells are now in {most[0]}"
+                    detail += ": copy your edits there to follow its updates" if edited else ""
+            if not edited:
+                detail += "; you had not edited it: delete it if you no longer need it"
+            out.append(Change(name, GONE, detail))
+        return out
 
     # --- writing without ever cutting or overwriting ----------------------------------------------------------
 
@@ -571,6 +634,9 @@ class Workspace:
             base, _ = found
             if _text(theirs) == _text(base):
                 return Change(name, "unchanged")
+            link = self._link(mine_p, course_p)
+            if link:
+                raise LessonError(link)
             edited = _text(mine) != _text(base)
             try:
                 merged, both = merge(base, mine, theirs, mine_p)
@@ -636,6 +702,7 @@ class Workspace:
                     if (self.root / name).resolve() in is_open:
                         change.detail += ("; " if change.detail else "") + OPEN_ADVICE
                 out.append(change)
+            out.extend(self.orphans())
             for name in self.exercise_files():
                 self.late = []
                 label = f"exercises/{name}"
@@ -697,6 +764,9 @@ class Workspace:
                 return Change(label, "unchanged" if mine == theirs else "kept as it is")
             if theirs == base:
                 return Change(label, "unchanged")
+            link = self._link(mine_p, course_p)
+            if link:
+                return Change(label, "left as it was", link)
             if mine == base:
                 new, action, detail = theirs, "updated", ""
             else:
@@ -757,6 +827,9 @@ class Workspace:
                         "it was saved over the course's last update (a JupyterLab tab open during the update, "
                         "then 'Overwrite'?): run sync again to bring the course's change"
                     )
+            link = self._link(mine_p, self.course / name)
+            if link:  # sync leaves it as it is: say so, and what to do, instead of "run sync"
+                detail = ("the course has changed it since; " if detail else "") + link
             out.append(Change(name, "edited" if edited else "as the course", detail))
         for name in self.exercise_files():
             label, mine_p = f"exercises/{name}", self.root / "exercises" / name
@@ -768,7 +841,9 @@ class Workspace:
                 continue
             detail = "the course has changed it since: run sync" if theirs != base else ""
             out.append(Change(label, "edited" if mine != base else "as the course", detail))
-        lessons = set(self.lessons())
+        gone = self.orphans()
+        out.extend(gone)
+        lessons = set(self.lessons()) | {c.lesson for c in gone}
         for p in sorted(self.root.glob("*.ipynb")) if self.root.is_dir() else []:
             if p.name not in lessons:
                 out.append(Change(p.name, "yours", "not a lesson of the course: sync leaves it alone"))
@@ -904,7 +979,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[workspace] {c}", file=sys.stderr if c.action == "left as it was" else sys.stdout)
             left = [c for c in changes if c.action == "left as it was"]
             print(
-                f"[workspace] {sum(c.lesson.endswith('.ipynb') for c in changes)} lessons in {ws.root}: open them there (your work stays yours on updates; "
+                f"[workspace] {sum(c.lesson.endswith('.ipynb') and c.action != GONE for c in changes)} lessons in {ws.root}: open them there (your work stays yours on updates; "
                 f"copies saved before an update or reset are in {ws.saved})"
                 + (f"; {len(left)} left as they were (above)" if left else "")
             )
