@@ -19,3 +19,12 @@ def test_false_shows_no_line_and_notes_every_quiet_interval(capsys):
         time.sleep(0.7)
     notes = capsys.readouterr().out.splitlines()
     assert 2 <= len(notes) <= 4 and all(n.startswith("after ") for n in notes), notes
+
+
+def test_a_line_the_caller_printed_itself_holds_the_note_back(capsys):
+    with heartbeat.stream(False, what="busy", every=0.4) as shown:
+        for _ in range(6):  # a line every 0.15 s, printed by the caller, never through `shown`
+            print("a result")
+            shown.touch()
+            time.sleep(0.15)
+    assert "busy:" not in capsys.readouterr().out

@@ -315,7 +315,9 @@ def silent(cell, max_gap: float | None = None) -> str | None:
     noted = cell.get("metadata", {}).get("course", {})
     first, gap = noted.get("first_output_s"), noted.get("longest_gap_s")
     max_gap = MAX_GAP_S if max_gap is None else max_gap
-    fix = "print a line saying what it starts (flush=True), then progress (a line per step, or tqdm)"
+    fix = (
+        "print a line saying what it starts (flush=True), then progress (a line per step, or tqdm with file=sys.stdout)"
+    )
     if not cell.get("outputs"):
         return f"a silent cell: it ran {took:.0f} s and showed nothing at all: {fix}"
     if first is None:
@@ -329,7 +331,7 @@ def silent(cell, max_gap: float | None = None) -> str | None:
     if gap is not None and gap > max_gap:
         found.append(
             f"once showed nothing for {gap:.0f} s (limit {max_gap:.0f} s): print a line every few seconds while "
-            "it works (a launched run: utils.heartbeat.stream; a loop: a line per step, or tqdm)"
+            "it works (a launched run: utils.heartbeat.stream; a loop: a line per step, or tqdm with file=sys.stdout)"
         )
     if found:
         return f"a silent cell: it ran {took:.0f} s and " + "; and it ".join(found)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,9 +83,20 @@ def describe_bytes(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def progress(what: str) -> Callable[[str], bool]:
+@contextlib.contextmanager
+def progress_beat(what: str) -> Iterator[Callable[[str], bool]]:
+    """progress(what) as a `stream` for utils.launch, with utils.heartbeat's line while no result comes (Horovod's
+    start, a slow size): a cell never goes quiet for long."""
+    from utils import heartbeat
+
+    with heartbeat.stream(False, what) as quiet:
+        yield progress(what, quiet.touch)
+
+
+def progress(what: str, printed: Callable[[], None] | None = None) -> Callable[[str], bool]:
     """A `stream` filter for utils.launch: one short line for each RESULT a worker of the allreduce benchmark prints
-    (the size or the variant it has just measured, and its best time), and none of the workers' own lines."""
+    (the size or the variant it has just measured, and its best time), and none of the workers' own lines
+    (`printed`, if given, is called after each line it prints)."""
 
     def show(line: str) -> bool:
         at = line.find("RESULT ")
@@ -101,6 +113,8 @@ def progress(what: str) -> Callable[[str], bool]:
         if "best_seconds" in record:
             done += f" (best call {1e3 * record['best_seconds']:.2f} ms)"
         print(f"  {what}: {done}", flush=True)
+        if printed is not None:
+            printed()
         return False
 
     return show
@@ -137,15 +151,16 @@ def merge_best(earlier: list[dict[str, Any]], later: list[dict[str, Any]]) -> li
 def _allreduce_rows(n, args, timeout, env, bandwidth, cpu) -> list[dict[str, Any]]:
     """One measurement of every size on `n` ranks (see measure_allreduce)."""
     if isinstance(bandwidth, str) and bandwidth == LOOPBACK:
-        run = launch.launch_horovodrun(
-            ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=progress(f"{n} ranks")
-        )
+        with progress_beat(f"{n} ranks") as shown:
+            run = launch.launch_horovodrun(
+                ALLREDUCE_WORKER, np=n, args=args, threads=1, timeout=timeout, env=env, stream=shown
+            )
         link, link_bps = "loopback", float("nan")
     else:
         from utils import netlab
 
-        with netlab.Lab(n, bandwidth) as lab:
-            run = lab.launch_horovod(ALLREDUCE_WORKER, args, timeout=timeout, env=env, stream=progress(f"{n} ranks"))
+        with netlab.Lab(n, bandwidth) as lab, progress_beat(f"{n} ranks") as shown:
+            run = lab.launch_horovod(ALLREDUCE_WORKER, args, timeout=timeout, env=env, stream=shown)
         link, link_bps = netlab.describe_rate(lab.bandwidth), lab.bandwidth or float("nan")
     rows = []
     for r in run.records():
