@@ -703,3 +703,13 @@ def test_mpirun_reports_name_the_rank_that_failed(report, expected):
     """Open MPI 4's own words for a rank killed by a signal (with its node), one that exited with an error, and
     one that called MPI_Abort; mpirun failing by itself names no rank."""
     assert launch.mpirun_failure(report) == expected
+
+
+def test_a_silent_run_says_it_is_still_running_and_a_streamed_one_does_not(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(launch, "QUIET_NOTE_S", 0.3)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(1.2)"]
+    launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note", stream=False)
+    silent = capsys.readouterr().out
+    assert "1 worker: " in silent and "still running" in silent
+    launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note-2", stream=lambda line: False)
+    assert "still running" not in capsys.readouterr().out, "a callable stream is the caller's to speak for"

@@ -318,6 +318,11 @@ class Calibration:
         return [residual_efficiency(o, s, t, self.comm_seconds, strict=False) for o, s, t in rounds]
 
 
+def _shows_nothing(line: str) -> bool:
+    """A stream that shows no worker line (calibrate's Heartbeat speaks for the run, so launch adds no note)."""
+    return False
+
+
 def calibrate(
     model_cluster: Cluster,
     lab_grad_bytes: float,
@@ -356,7 +361,7 @@ def calibrate(
     for round_ in range(rounds):
         with beat("one worker"):
             steps["one worker"].append(
-                step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=False))
+                step_of(launch.launch_tf_workers(script, 1, args=args, timeout=timeout, stream=_shows_nothing))
             )
         if lab_ok.available:
             # two clusters of one, side by side on two hosts: the computation when both cores are busy
@@ -367,7 +372,7 @@ def calibrate(
                 ]
                 with beat("two side by side"):
                     steps["two side by side"].append(
-                        step_of(lab.run([command] * 2, envs=alone, timeout=timeout, stream=False))
+                        step_of(lab.run([command] * 2, envs=alone, timeout=timeout, stream=_shows_nothing))
                     )
             if round_ == 0:  # T(N) charges the allreduce against this computation, so the ratio is kept for it
                 rate = min(
@@ -382,7 +387,7 @@ def calibrate(
                     )
                 with beat("two workers over the scaled link"):
                     steps["two workers, scaled link"].append(
-                        step_of(lab.launch_tf_workers(script, args, timeout=timeout, stream=False))
+                        step_of(lab.launch_tf_workers(script, args, timeout=timeout, stream=_shows_nothing))
                     )
         else:
             envs = [
@@ -392,11 +397,11 @@ def calibrate(
             envs[1][launch.RUN_MARKER] = envs[0][launch.RUN_MARKER]  # one run: cleaned up together
             with beat("two side by side"):
                 side = launch.run_workers(
-                    [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=False
+                    [command] * 2, envs, timeout=timeout, run_id=envs[0][launch.RUN_MARKER], stream=_shows_nothing
                 )
             steps["two side by side"].append(step_of(side))
             with beat("two workers"):
-                two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=False)
+                two = launch.launch_tf_workers(script, 2, args=args, timeout=timeout, stream=_shows_nothing)
             steps["two workers, scaled link"].append(step_of(two))
         print(f"round {round_ + 1}: " + ", ".join(f"{k}: {v[-1]:.3f} s a step" for k, v in steps.items()), flush=True)
         share = Heartbeat("", watch=watch).others_share()
@@ -667,6 +672,8 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         from utils import heartbeat
 
+        if self.what:  # the measurement's start is a line too: the silence between two measurements stays short
+            print(f"  {self.what} ...", flush=True)
         self._beat = heartbeat.stream(False, every=self.every, says=self.says)
         self._beat.__enter__()
         return self

@@ -488,6 +488,11 @@ def _on_host(how: str, rank: int, watch: _Watch, noun: str) -> str:
     return how
 
 
+#: Seconds between the notes a run started with stream=False prints while it runs (the course's limit of silence
+#: in a cell is 15 s).
+QUIET_NOTE_S = 10.0
+
+
 def run_workers(
     commands: Sequence[Sequence[str]],
     envs: Sequence[dict[str, str]],
@@ -525,12 +530,16 @@ def run_workers(
     log_dir = Path(log_dir) if log_dir else _new_log_dir(run_id)
     log_dir.mkdir(parents=True, exist_ok=True)
     show = stream if callable(stream) else (lambda line: not _is_noise(line)) if stream else None
+    # stream=False shows no line of the workers', but a cell that runs them must not look hung: a note every
+    # QUIET_NOTE_S seconds (a callable stream is the caller's: it may show progress of its own, or a heartbeat)
+    noted = time.monotonic()
     workers: list[_Worker] = []
     offsets = [0] * len(commands)
     ended = threading.Event()  # set by a waiter thread whenever its worker ends
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
     noun = "rank" if rank_env else "worker"
+    running_what = ", ".join(names) if names else f"{len(commands)} {noun}{'s' if len(commands) > 1 else ''}"
     watch = _Watch(workers, rank_env, run_id, rank_host)
     label = lambda r: watch.label(r, noun)
 
@@ -627,6 +636,9 @@ def run_workers(
                     )
                 failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
+            if show is None and time.monotonic() - noted >= QUIET_NOTE_S:
+                noted = time.monotonic()
+                print(f"  ... {running_what}: {noted - start:.0f} s, still running\n", end="", flush=True)
             ended.wait(0.1)
         pump()
     except KeyboardInterrupt:
