@@ -712,4 +712,11 @@ def test_a_silent_run_says_it_is_still_running_and_a_streamed_one_does_not(tmp_p
     silent = capsys.readouterr().out
     assert "1 worker: " in silent and "still running" in silent
     launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note-2", stream=lambda line: False)
-    assert "still running" not in capsys.readouterr().out, "a callable stream is the caller's to speak for"
+    assert "still running" in capsys.readouterr().out, "a filter that shows no line leaves the cell as quiet"
+
+    def speaks(line: str) -> bool:
+        return False
+
+    speaks.speaks_for_itself = True
+    launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note-3", stream=speaks)
+    assert "still running" not in capsys.readouterr().out, "a stream that speaks for itself gets no note"

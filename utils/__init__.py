@@ -48,7 +48,10 @@ def _import_tensorflow_quietly() -> None:
 if "ipykernel" in sys.modules and "tensorflow" not in sys.modules:
     # The import takes seconds: say so, so that the lesson's first cell does not sit silent meanwhile.
     print("Loading TensorFlow ...", flush=True)
+    from utils import heartbeat
+
     try:
-        _import_tensorflow_quietly()
+        with heartbeat.stream(False, every=5.0, says=lambda s: f"  ... still loading TensorFlow ({s:.0f} s)"):
+            _import_tensorflow_quietly()
     except ImportError:
         pass  # the lessons that need TensorFlow say so themselves

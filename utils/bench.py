@@ -90,7 +90,9 @@ def progress_beat(what: str) -> Iterator[Callable[[str], bool]]:
     from utils import heartbeat
 
     with heartbeat.stream(False, what) as quiet:
-        yield progress(what, quiet.touch)
+        shown = progress(what, quiet.touch)
+        shown.speaks_for_itself = True  # type: ignore[attr-defined]  # the heartbeat speaks: no note from launch
+        yield shown
 
 
 def progress(what: str, printed: Callable[[], None] | None = None) -> Callable[[str], bool]:

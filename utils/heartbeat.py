@@ -44,6 +44,7 @@ def stream(
         last = time.monotonic()
 
     shown.touch = touch  # type: ignore[attr-defined]
+    shown.speaks_for_itself = True  # type: ignore[attr-defined]  # utils.launch adds no note of its own
     ticker = threading.Thread(target=note, daemon=True)
     ticker.start()
     try:

@@ -530,8 +530,10 @@ def run_workers(
     log_dir = Path(log_dir) if log_dir else _new_log_dir(run_id)
     log_dir.mkdir(parents=True, exist_ok=True)
     show = stream if callable(stream) else (lambda line: not _is_noise(line)) if stream else None
-    # stream=False shows no line of the workers', but a cell that runs them must not look hung: a note every
-    # QUIET_NOTE_S seconds (a callable stream is the caller's: it may show progress of its own, or a heartbeat)
+    # A cell that runs workers must not look hung: while no line is shown for QUIET_NOTE_S seconds (stream=False
+    # shows none), a note says the run goes on; a stream marked `speaks_for_itself` (utils.heartbeat's, a filter
+    # that prints progress of its own) is left to speak.
+    quiet_notes = not getattr(stream, "speaks_for_itself", False)
     noted = time.monotonic()
     workers: list[_Worker] = []
     offsets = [0] * len(commands)
@@ -551,6 +553,7 @@ def run_workers(
 
     def pump() -> None:
         """Print the lines the workers wrote since the last call."""
+        nonlocal noted
         if show is None:
             return
         for w in workers:
@@ -564,6 +567,7 @@ def run_workers(
                     label = names[w.rank] if names else f"worker {w.rank}"
                     # one write, line and newline together, so that a thread's print cannot land between them
                     print((f"[{label}] {line}" if len(commands) > 1 else line) + "\n", end="", flush=True)
+                    noted = time.monotonic()
 
     try:
         for rank, (cmd, env) in enumerate(zip(commands, envs, strict=True)):
@@ -636,7 +640,7 @@ def run_workers(
                     )
                 failure = (failure[0], failure[1].replace("{timeout}", f"{timeout:g}"))
                 break
-            if show is None and time.monotonic() - noted >= QUIET_NOTE_S:
+            if quiet_notes and time.monotonic() - noted >= QUIET_NOTE_S:
                 noted = time.monotonic()
                 print(f"  ... {running_what}: {noted - start:.0f} s, still running\n", end="", flush=True)
             ended.wait(0.1)
