@@ -178,6 +178,9 @@ def test_measured_duration_line():
     line = course.measured_duration_line("01_a.ipynb", rows)
     assert "full mode 2.0 min" in line and "cpu X" in line and "smoke" not in line
     assert "not measured yet" in course.measured_duration_line("02_b.ipynb", rows)
+    rows[0]["core_seconds"] = "45"
+    line = course.measured_duration_line("01_a.ipynb", rows)
+    assert "full mode 2.0 min for Run All, of which the core path (no deep dive, no exercise) 0.8 min" in line
 
 
 def test_every_lesson_has_measured_durations_in_both_modes():

@@ -138,8 +138,14 @@ def measured_duration_line(notebook: str, rows: list[dict[str, str]] | None = No
         if match:
             r = match[-1]
             stale = "" if is_current(r) else ", measured on an earlier version of this lesson"
+            core = r.get("core_seconds") or ""
+            core_part = (
+                f", of which the core path (no deep dive, no exercise) {float(core) / 60:.1f} min"
+                if which == "full" and core and float(core) < float(r["seconds"])
+                else ""
+            )
             parts.append(
-                f"{which} mode {float(r['seconds']) / 60:.1f} min "
+                f"{which} mode {float(r['seconds']) / 60:.1f} min for Run All{core_part} "
                 f"({r['cpu_model']}, {r['usable_cores']} cores, {r['date']}{stale})"
             )
     if not parts:
@@ -593,8 +599,14 @@ def duration_paragraph(notebook: str, rows: list[dict[str, str]] | None = None, 
     return (
         f"{DURATION_START}: about {5 * max(1, math.ceil(total / 5))} minutes, that is about {round(reading)} minutes "
         f"of reading ({read} at {READING_WPM} words a minute) and {ran}. The exercises and "
-        f"the sections marked *{DEEP_DIVE_MARK}* come on top. The first code cell prints the measured run times, "
-        "and lesson 00's course map has every lesson's."
+        f"the sections marked *{DEEP_DIVE_MARK}* come on top"
+        + (
+            f": Run All, deep dives included, ran about {max(1, round(float(timed[-1]['seconds']) / 60))} minutes "
+            "in full mode on the same machine"
+            if timed and run is not None
+            else ""
+        )
+        + ". The first code cell prints the measured run times, and lesson 00's course map has every lesson's."
     )
 
 
