@@ -341,7 +341,7 @@ def calibrate(
     round's side-by-side step, the computation T(N) charges the allreduce against), `rounds` times in
     alternation; on loopback where the lab cannot run here (and then no allreduce time is charged).
 
-    A line is printed at least every 10 s while a run is silent (with what other programs took so far, from `watch`,
+    A line is printed at least every 7 s while a run is silent (with what other programs took so far, from `watch`,
     a steady.CpuWatch). After a round, if other programs took more than `give_up_above` of the machine, the rounds
     left are not run: such a measurement would be set aside for the quiet machine's figure anyway
     (`Calibration.stopped` says so)."""
@@ -648,7 +648,7 @@ class Heartbeat:
     """Print a line every `every` seconds while a long measurement runs silently: what runs, for how long, and what
     share of the machine other programs took so far (from a steady.CpuWatch, if given)."""
 
-    def __init__(self, what: str, every: float = 10.0, watch=None, limit: float | None = None):
+    def __init__(self, what: str, every: float = 7.0, watch=None, limit: float | None = None):
         self.what, self.every, self.watch, self.limit = what, every, watch, limit
         self._beat = None
 

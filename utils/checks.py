@@ -342,6 +342,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     recs = run.records()
     key = (str(reference), reference.stat().st_mtime, epochs)
     if key not in _REFERENCE_WEIGHTS:  # one worker, global batch: computed once per session
+        print("[MWMS script] now the reference: one worker with the global batch (once a session) ...", flush=True)
         with heartbeat.stream(False, "the reference, one worker") as quiet:
             one = launch.launch_tf_workers(
                 reference,

@@ -955,7 +955,7 @@ def rehearse(
 
 
 #: Seconds without a line from the pods after which a streamed rehearsal says it is still running.
-QUIET_NOTE = 10.0
+QUIET_NOTE = 7.0
 
 
 @contextlib.contextmanager

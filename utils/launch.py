@@ -490,7 +490,7 @@ def _on_host(how: str, rank: int, watch: _Watch, noun: str) -> str:
 
 #: Seconds between the notes a run started with stream=False prints while it runs (the course's limit of silence
 #: in a cell is 15 s).
-QUIET_NOTE_S = 10.0
+QUIET_NOTE_S = 7.0
 
 
 def run_workers(

@@ -576,9 +576,9 @@ def onednn_trace(n: int = 256, remapping: bool = True, timeout: float = 300) -> 
         cwd=paths.REPO_ROOT,
     )
     start = time.monotonic()
-    while True:  # a line every 10 s, so that a slow start of TensorFlow never looks like a hang
+    while True:  # a line every 7 s, so that a slow start of TensorFlow never looks like a hang
         try:
-            stdout, stderr = proc.communicate(timeout=10)
+            stdout, stderr = proc.communicate(timeout=7)
             break
         except subprocess.TimeoutExpired:
             waited = time.monotonic() - start
