@@ -684,7 +684,7 @@ class Fusion:
 #: `tensor_fusion_threshold = 64 * 1024 * 1024` and `sleep_for(std::chrono::milliseconds(5))` at the top of the
 #: background loop, after the previous cycle's allreduces).
 HOROVOD_0X = Fusion(
-    "Horovod 0.x",
+    "Horovod < 0.21",
     64 * 2**20,
     5e-3,
     True,
@@ -972,7 +972,7 @@ def mechanism(row, case=None) -> str:
         )
     if lost > 0:
         negotiation = (
-            "; Horovod 0.x's negotiation, every rank's readiness sent to rank 0 each cycle"
+            "; early Horovod's negotiation, every rank's readiness sent to rank 0 each cycle"
             if _fusion_of(library) is HOROVOD_0X
             else ""
         )
@@ -1063,7 +1063,7 @@ def trend_reading(trends: dict, tolerance: float = 0.05, sources: int | None = N
     )
     if horovod:
         text += (
-            f" In {', '.join(horovod)}, Horovod 0.x's **negotiation**: at each cycle every rank sent its list of ready "
+            f" In {', '.join(horovod)}, early Horovod's **negotiation**: at each cycle every rank sent its list of ready "
             "tensors to rank 0, which answered them all (`operations.cc` at 8318a89; Horovod's \"collective control "
             'plane", commit 92454dae of June 2018, came after the 512-GPU run).'
         )
@@ -1084,7 +1084,7 @@ def trend_reading(trends: dict, tolerance: float = 0.05, sources: int | None = N
     return (
         "\n".join(lines)
         + text
-        + f" The cycle ({1e3 * HOROVOD_0X.cycle_seconds:g} ms in Horovod 0.x) and the fusion buffer are in the model. "
+        + f" The cycle ({1e3 * HOROVOD_0X.cycle_seconds:g} ms before Horovod 0.21) and the fusion buffer are in the model. "
         + ("None of the sources" if sources is None else f"None of the {sources} sources")
         + " gives a figure for these terms on its cluster, so they are named here, not added: a term whose size would "
         "have to be chosen to close the gap would be a fit."
