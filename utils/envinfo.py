@@ -314,7 +314,7 @@ def machine_line() -> str:
     """One line naming the CPU, its usable cores and the GPUs (or none) that measured a lesson's figures."""
     cpu = cpu_info()
     found = gpus()
-    return f"Measured on: {cpu.model}, {cpu.usable_cores} usable cores, " + (
+    return f"This run's figures are measured here: {cpu.model}, {cpu.usable_cores} usable cores, " + (
         f"GPUs: {', '.join(found)}" if found else "no GPU"
     )
 

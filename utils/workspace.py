@@ -82,9 +82,10 @@ LOCK_WAIT_S = 120.0
 ATTEMPTS = 4
 #: What to do about a lesson that was open in JupyterLab while sync merged the course's change into its file.
 OPEN_ADVICE = (
-    "it is open in JupyterLab: when JupyterLab says the file changed on disk, choose Overwrite (what is on your "
-    "screen is kept), then run sync again to merge the course's change into it; or close the tab without saving "
-    "and open the file again"
+    "it is open in JupyterLab: if you have unsaved work there, save it (when JupyterLab says the file changed on "
+    "disk, choose Overwrite: what is on your screen is kept), close the tab, run make update again and open the "
+    "lesson anew; with nothing unsaved, just close the tab and open the lesson again. A tab left open keeps the "
+    "old version on screen, and its next save puts it back"
 )
 #: The action of a learner's copy of a lesson the course no longer has (renamed or removed since it was copied).
 GONE = "no longer in the course"
@@ -825,7 +826,7 @@ class Workspace:
                 ):
                     detail = (
                         "it was saved over the course's last update (a JupyterLab tab open during the update, "
-                        "then 'Overwrite'?): run sync again to bring the course's change"
+                        "then 'Overwrite'?): close its tab, run make update again and open it anew to bring the course's change"
                     )
             link = self._link(mine_p, self.course / name)
             if link:  # sync leaves it as it is: say so, and what to do, instead of "run sync"
