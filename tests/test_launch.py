@@ -710,7 +710,7 @@ def test_a_silent_run_says_it_is_still_running_and_a_streamed_one_does_not(tmp_p
     sleeper = [sys.executable, "-c", "import time; time.sleep(1.2)"]
     launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note", stream=False)
     silent = capsys.readouterr().out
-    assert "1 worker: " in silent and "still running" in silent
+    assert "the worker: " in silent and "still running" in silent
     launch.run_workers([sleeper], [dict(os.environ)], timeout=30, run_id="quiet-note-2", stream=lambda line: False)
     assert "still running" in capsys.readouterr().out, "a filter that shows no line leaves the cell as quiet"
 

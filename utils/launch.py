@@ -541,7 +541,7 @@ def run_workers(
     start = time.monotonic()
     failure: tuple[int | None, str] | None = None
     noun = "rank" if rank_env else "worker"
-    running_what = ", ".join(names) if names else f"{len(commands)} {noun}{'s' if len(commands) > 1 else ''}"
+    running_what = ", ".join(names) if names else f"the {noun}{'s' if len(commands) > 1 else ''}"
     watch = _Watch(workers, rank_env, run_id, rank_host)
     label = lambda r: watch.label(r, noun)
 

@@ -14,7 +14,7 @@ HOUR = 3600.0
 #: Productivity tiers of waiting for one training run: (upper bound in seconds, tier, what it does to work).
 TIERS = (
     (HOUR, "minutes", "try an idea, see the result, try the next: fast and productive"),
-    (24 * HOUR, "hours", "a few ideas a day; still productive"),
+    (24 * HOUR, "hours", "from a few ideas a day (a run of an hour or two) down to one (a run of most of a day)"),
     (7 * 24 * HOUR, "days", "run several ideas side by side to keep moving"),
     (30 * 24 * HOUR, "weeks", "progress slows: few new ideas can be tried"),
     (math.inf, "months", "hardly worth starting"),
