@@ -55,10 +55,10 @@ TRIALS = {
         '"used": efficiency, "fallback": eff.uses_reference, "others_share": watch.result.share}))',
     ),
     "08_capstone.ipynb": (
-        ["...", "cluster = dataclasses.replace(model_cluster"],
-        'print("TRIAL", json.dumps({"figure": "workers for the hour", "measured": capstone.smallest_cluster(work, '
-        "dataclasses.replace(cluster, efficiency=statistics.median(cal.per_round()))), "
-        '"used": capstone.smallest_cluster(work, cluster), "fallback": residual.uses_reference, '
+        ["...", "SPEED = {"],
+        'print("TRIAL", json.dumps({"figure": "p3 instances for the hour", "measured": capstone.fewest(work, '
+        "dataclasses.replace(p3, efficiency=statistics.median(cal.per_round()))), "
+        '"used": capstone.fewest(work, p3), "fallback": residual.uses_reference, '
         '"others_share": watch.result.share}))',
     ),
 }

@@ -269,6 +269,15 @@ def keep_last_np(command: Sequence[str], version: tuple[int, ...] | None) -> tup
     return [token for i, token in enumerate(command) if i not in dropped], note
 
 
+def as_sagemaker_runs(command: Sequence[str], label: str = "") -> list[str]:
+    """keep_last_np with this machine's mpirun: the line to run here so that it starts what `command` starts on
+    SageMaker, after printing the one line that says what changed (nothing where nothing did)."""
+    local, note = keep_last_np(command, mpirun_version())
+    if note:
+        print(f"{label}: {note}" if label else note, flush=True)
+    return local
+
+
 #: The Python that SDK v3's sm_train.sh finds in AWS's TensorFlow 2.21 training image (`command -v python3`):
 #: the image's virtual environment, /opt/venv, is first on its PATH (docker/horovod/Dockerfile says where
 #: that was read). The drivers start the script with the Python they run in.
