@@ -339,7 +339,7 @@ def test_W31_overwrite_from_an_open_tab_after_a_sync_brings_the_course_change_ag
     assert ws.sync()[0].action == "merged"
     mine.write_bytes(on_screen)  # JupyterLab: "File Changed" -> Overwrite
     status = str(ws.status()[0])
-    assert "saved over the course's last update" in status and "run sync" in status
+    assert "saved over the course's last update" in status and "run make update again" in status
     assert ws.sync()[0].action == "merged"
     assert src(read(mine), "c3") == "x3 = 'course'" and src(read(mine), "c1") == MINE
 
