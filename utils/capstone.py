@@ -368,6 +368,7 @@ def calibrate(
             )
         if lab_ok.available:
             # two clusters of one, side by side on two hosts: the computation when both cores are busy
+            print(f"  round {round_ + 1} of {rounds}: starting two lab hosts ...", flush=True)
             with netlab.Lab(2, None) as lab:
                 alone = [
                     {"TF_CONFIG": json.dumps({**lab.tf_config(0), "cluster": {"worker": [f"{h}:2222"]}})}
@@ -381,6 +382,7 @@ def calibrate(
                 rate = min(
                     scaled_link_bps(model_cluster, lab_grad_bytes, steps["two side by side"][0]), netlab.MAX_RATE
                 )
+            print(f"  round {round_ + 1} of {rounds}: two lab hosts on the scaled link ...", flush=True)
             with netlab.Lab(2, rate) as lab:
                 if round_ == 0:  # the links first: what they carry against the set rate
                     achieved = min(m.ratio for m in lab.measure(seconds=0.5))
