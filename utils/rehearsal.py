@@ -558,7 +558,18 @@ def placement(where: str, count: int, mpi: bool) -> tuple[bool, str]:
 _SESSION_OWN = {"HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TERM", "MAIL", "_", "SHLVL"}
 
 
-def rehearse(
+def rehearse(*args, stream: bool | Callable[[str], bool] = True, **kwargs):
+    """_rehearse (below), with a line every few seconds while a rehearsal that shows no worker line (stream=False)
+    sets up its hosts, downloads its channels and runs: a cell that rehearses a job never goes quiet."""
+    if stream is not False:
+        return _rehearse(*args, stream=stream, **kwargs)
+    from utils import heartbeat
+
+    with heartbeat.stream(False, "the rehearsal") as quiet:
+        return _rehearse(*args, stream=quiet, **kwargs)
+
+
+def _rehearse(
     request: dict,
     s3: Any,
     *,
