@@ -112,8 +112,7 @@ def test_jupyterlab_started_as_make_lab_starts_it_prints_lesson_00s_address_and_
             news = json.load(answer)
         assert news["schema"]["properties"]["fetchNews"]["default"] == "false" and "fetchNews" not in news["settings"]
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+        import check_lab
+
+        check_lab.stop_server(server)  # the server and every kernel it started
