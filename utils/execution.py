@@ -161,28 +161,38 @@ def note_gaps(msg: dict, cell, running: dict[int, Silence], index: int) -> None:
         cell.metadata.setdefault("course", {})["longest_gap_s"] = round(longest, 1)
 
 
+def recording_client():
+    """nbclient's NotebookClient, as a class that also notes when each cell's first output came (note_first_output)
+    and its longest silence after it (note_gaps), for tools/check_lab.py to read from the executed copy."""
+    from nbclient import NotebookClient
+
+    class RecordingClient(NotebookClient):
+        def __init__(self, nb, **kwargs):
+            super().__init__(nb, **kwargs)
+            self.started: dict[int, dt.datetime] = {}
+            self.running: dict[int, Silence] = {}
+
+        def process_message(self, msg, cell, cell_index):
+            note_first_output(msg, cell, self.started, cell_index)
+            note_gaps(msg, cell, self.running, cell_index)
+            return super().process_message(msg, cell, cell_index)
+
+    return RecordingClient
+
+
 class LessonRun(nb_run.NotebookRun):
     """nbmake's run of one notebook (`nbmake.nb_run.NotebookRun`: a fresh kernel, the notebook's folder as working
     folder, a time limit per cell, the failing cell found), with the kernel manager's settings of kernel_config():
     nbmake builds its nbclient `NotebookClient` with no configuration, so the class it builds is replaced for the
-    length of one run by one that passes ours, and that also notes when each cell's first output came
-    (note_first_output) and its longest silence after it (note_gaps)."""
+    length of one run by recording_client()'s, given our configuration."""
 
     def execute(self) -> nb_result.NotebookResult:
-        from nbclient import NotebookClient
-
         config = kernel_config()
+        recording = recording_client()
 
-        class ConfiguredClient(NotebookClient):
+        class ConfiguredClient(recording):
             def __init__(self, nb, **kwargs):
                 super().__init__(nb, config=config, **kwargs)
-                self.started: dict[int, dt.datetime] = {}
-                self.running: dict[int, Silence] = {}
-
-            def process_message(self, msg, cell, cell_index):
-                note_first_output(msg, cell, self.started, cell_index)
-                note_gaps(msg, cell, self.running, cell_index)
-                return super().process_message(msg, cell, cell_index)
 
         original, nb_run.NotebookClient = nb_run.NotebookClient, ConfiguredClient
         try:
