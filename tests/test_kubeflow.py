@@ -1,5 +1,6 @@
 """utils.kubeflow: manifests built with the SDKs, the operators' admission rules, and what the operators give
-every pod, against values worked out by hand from the operators' sources (kubeflow/trainer v1.9.4,
+every pod, against the operator's own test cases where it has them (TF_CONFIG, the TFJob webhook) and otherwise against
+values worked out by hand from the operators' sources (kubeflow/trainer v1.9.4,
 kubeflow/mpi-operator v0.8.0, rules unchanged in v0.8.2). The jobs rehearsed on lab hosts named as their pods (a TFJob whose killed worker
 is restarted and resumes; an MPIJob whose mpirun reaches the worker pods through the hostfile) are asserted where
 lesson 09 runs them, which CI executes on the lab (test_mpirun_lab checks that CI can)."""
@@ -534,17 +535,93 @@ def test_gpu_images_without_a_gpu_request_are_flagged_and_the_jobs_request_their
     )
 
 
-def test_tf_config_matches_the_operators_own_golden_strings():
-    """A string the operator's own controller test expects, copied, not rebuilt: TestClusterSpec of the tf-operator's
-    v1beta1 TensorFlow controller tests (a PS and a worker in namespace ns2, no custom cluster domain), a format
-    genClusterSpec keeps at v1.9.4. (That older test also gave a lone worker a TF_CONFIG; v1.9.4 gives none.)"""
-    one = kf.manifest(kf.tfjob("test-tfjob", workers=1, image=IMAGE, command=MWMS, namespace="ns0"))
-    assert kf.tf_config(one, "Worker", 0) is None  # a job of one replica gets none (isDistributed)
-    two = copy.deepcopy(one)
-    two["metadata"]["namespace"] = "ns2"
-    two["spec"]["tfReplicaSpecs"]["PS"] = copy.deepcopy(two["spec"]["tfReplicaSpecs"]["Worker"])
-    golden = (
-        '{"cluster":{"ps":["test-tfjob-ps-0.ns2.svc:2222"],"worker":["test-tfjob-worker-0.ns2.svc:2222"]},'
-        '"task":{"type":"worker","index":0},"environment":"cloud"}'
-    )
-    assert json.loads(kf.tf_config(two, "Worker", 0)) == json.loads(golden)
+#: The operator's own test cases, copied from kubeflow/trainer at tag v1.9.4 (commit 4445c12a, 2026-08-18), not
+#: rebuilt: pkg/controller.v1/tensorflow/pod_test.go, "should generate desired cluster spec" (each TFJob from
+#: testutil.NewTFJobWithNamespace(worker, ps, ns) or NewTFJobWithEvaluatorAndNamespace(worker, ps, evaluator, ns),
+#: named test-tfjob, the worker 0's TF_CONFIG with CUSTOM_CLUSTER_DOMAIN set as given; "" there is no TF_CONFIG).
+GOLDEN_TF_CONFIG = [
+    ((1, 0, 0, "ns0"), "", ""),
+    ((1, 0, 0, "ns1"), "tf.training.com", ""),
+    (
+        (1, 1, 0, "ns2"),
+        "tf.training.org",
+        '{"cluster":{"ps":["test-tfjob-ps-0.ns2.svc.tf.training.org:2222"],"worker":["test-tfjob-worker-0.ns2.svc.'
+        'tf.training.org:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}',
+    ),
+    (
+        (1, 1, 1, "ns3"),
+        "tf.training.io",
+        '{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc.tf.training.io:2222"],"ps":["test-tfjob-ps-0.ns3.'
+        'svc.tf.training.io:2222"],"worker":["test-tfjob-worker-0.ns3.svc.tf.training.io:2222"]},"task":{"type":'
+        '"worker","index":0},"environment":"cloud"}',
+    ),
+    (
+        (1, 1, 1, "ns3"),
+        "",
+        '{"cluster":{"evaluator":["test-tfjob-evaluator-0.ns3.svc:2222"],"ps":["test-tfjob-ps-0.ns3.svc:2222"],'
+        '"worker":["test-tfjob-worker-0.ns3.svc:2222"]},"task":{"type":"worker","index":0},"environment":"cloud"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("replicas", "domain", "golden"), GOLDEN_TF_CONFIG)
+def test_tf_config_is_the_string_the_operators_own_test_expects(replicas, domain, golden):
+    """Byte for byte: the same keys in the same order, compact, as Go's json.Marshal writes them."""
+    workers, ps, evaluators, namespace = replicas
+    m = kf.manifest(kf.tfjob("test-tfjob", workers=workers, image=IMAGE, command=MWMS, namespace=namespace))
+    worker = m["spec"]["tfReplicaSpecs"]["Worker"]
+    for rtype, count in (("PS", ps), ("Evaluator", evaluators)):
+        if count:
+            m["spec"]["tfReplicaSpecs"][rtype] = {**copy.deepcopy(worker), "replicas": count}
+    assert (kf.tf_config(m, "Worker", 0, cluster_domain=domain) or "") == golden
+
+
+def _webhook_case(name="test", containers=None, roles=("Worker",)):
+    """A TFJob as TestValidateTFJob builds it: each role one pod template with `containers` (a valid one if None)."""
+    if containers is None:
+        containers = [{"name": "tensorflow", "image": "kubeflow/tf-mnist-with-summaries:latest"}]
+    specs = {role: {"template": {"spec": {"containers": copy.deepcopy(containers)}}} for role in roles}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {"tfReplicaSpecs": specs},
+    }
+
+
+#: The admission webhook's own test, TestValidateTFJob in pkg/webhooks/tensorflow/tfjob_webhook_test.go (v1.9.4,
+#: as above): each case and the errors it wants, as (field, type); the test compares only those two (it ignores
+#: Detail and BadValue). Its managedBy case is left out, as check_tfjob leaves out runPolicy.managedBy.
+W = "spec.tfReplicaSpecs[Worker].template.spec.containers"
+GOLDEN_WEBHOOK = {
+    "valid tfJob": (_webhook_case(), []),
+    "TFJob name does not meet DNS1035": (_webhook_case(name="00test"), [("metadata.name", "Invalid value")]),
+    "no containers": (_webhook_case(containers=[]), [(W, "Required value"), (W, "Required value")]),
+    "empty image": (
+        _webhook_case(containers=[{"name": "tensorflow", "image": ""}]),
+        [(f"{W}[0].image", "Required value")],
+    ),
+    "tfJob default container name doesn't present": (
+        _webhook_case(containers=[{"name": "", "image": "kubeflow/tf-dist-mnist-test:1.0"}]),
+        [(W, "Required value")],
+    ),
+    "there are more than 2 masterReplica's or ChiefReplica's": (
+        _webhook_case(roles=("Chief", "Master")),
+        [("spec.tfReplicaSpecs", "Forbidden")],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GOLDEN_WEBHOOK))
+def test_the_admission_rules_give_the_errors_the_webhooks_own_test_wants(case):
+    """The operator's errors only: the course's own rules (TensorFlow's task types, a chief's count) are marked as
+    theirs and not the webhook's, so they are left out of the comparison."""
+    job, wanted = GOLDEN_WEBHOOK[case]
+    try:
+        kf.check_tfjob(job)
+        problems = []
+    except kf.ManifestError as err:
+        problems = err.problems
+    webhook = [p for p in problems if re.match(r"[\w.\[\]]+: (Required value|Invalid value|Forbidden):", p)]
+    found = [tuple(p.split(": ", 2)[:2]) for p in webhook]
+    assert found == wanted, problems

@@ -380,7 +380,7 @@ def check_tfjob(job: Any) -> list[str]:
         for i, c in enumerate(containers):
             if not c.get("image"):
                 problems.append(f"{where}.template.spec.containers[{i}].image: Required value: must be required")
-        if containers and not any(c.get("name") == TF_CONTAINER for c in containers):
+        if not any(c.get("name") == TF_CONTAINER for c in containers):  # also with none: the webhook says both
             problems.append(
                 f"{where}.template.spec.containers: Required value: must have at least one container with name "
                 "tensorflow"
@@ -582,18 +582,21 @@ def _tf_port(spec: dict[str, Any]) -> int:
     return TF_PORT
 
 
-def tf_config(job: Any, rtype: str, index: int) -> str | None:
+def tf_config(job: Any, rtype: str, index: int, cluster_domain: str = "") -> str | None:
     """TF_CONFIG for replica `index` of type `rtype`, the string the operator writes (genTFConfigJSONStr: Go's
     json.Marshal, so compact, with the cluster's keys sorted); None for a job of one replica in all, which the
     operator does not distribute (SetClusterSpec: isDistributed). Hosts are the pods' services,
-    <job>-<type>-<i>.<namespace>.svc:<port> (no cluster domain unless CUSTOM_CLUSTER_DOMAIN is set)."""
+    <job>-<type>-<i>.<namespace>.svc:<port>, with `.<cluster_domain>` after svc where the operator runs with
+    CUSTOM_CLUSTER_DOMAIN set (tensorflow.go genClusterSpec); tests/test_kubeflow.py compares the result with the
+    operator's own test strings."""
     m = manifest(job)
     name, namespace = m["metadata"]["name"], m["metadata"].get("namespace") or "default"
     specs = _tf_specs(m)
     if sum(s.get("replicas", 1) for s in specs.values()) == 1:
         return None
+    svc = f"svc.{cluster_domain}" if cluster_domain else "svc"
     cluster = {
-        rt.lower(): [f"{name}-{rt.lower()}-{i}.{namespace}.svc:{_tf_port(s)}" for i in range(s.get("replicas", 1))]
+        rt.lower(): [f"{name}-{rt.lower()}-{i}.{namespace}.{svc}:{_tf_port(s)}" for i in range(s.get("replicas", 1))]
         for rt, s in specs.items()
     }
     config = {
