@@ -524,9 +524,9 @@ def test_a_tracking_server_request_is_checked_as_the_api_checks_it():
 
     good = sj.mlflow_server_request("course-mlflow", ROLE, "s3://bucket/mlflow")
     assert good["TrackingServerSize"] == "Small"
-    # the server's MLflow is set, never AWS's default, and it is the client the jobs install
-    assert good["MlflowVersion"] == tracking.MLFLOW_VERSION
-    assert f"mlflow=={good['MlflowVersion']}" in tracking.JOB_REQUIREMENTS
+    # the server's MLflow is set, never AWS's default, to a version AWS pairs a client with: the jobs' client
+    assert good["MlflowVersion"] == tracking.MANAGED_MLFLOW_VERSION and sj.aws_pairs_mlflow(good["MlflowVersion"])
+    assert f"mlflow=={tracking.paired_client(good['MlflowVersion'])}" in tracking.JOB_REQUIREMENTS
     assert sj.mlflow_server_request("ok", ROLE, "s3://b", mlflow_version="3.0.0")["MlflowVersion"] == "3.0.0"
     for args, named in [
         (("bad name!", ROLE, "s3://bucket"), "TrackingServerName"),

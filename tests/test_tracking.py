@@ -237,23 +237,42 @@ def test_a_tracked_job_request_carries_the_arn_and_installs_mlflows_client():
         sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, network_isolation=True)
 
 
-def test_the_jobs_mlflow_client_is_the_version_this_course_runs():
+def test_the_local_store_runs_this_environments_mlflow():
     from importlib.metadata import version
 
-    for pin in tracking.JOB_REQUIREMENTS:
-        name, pinned = pin.split("==")
-        assert version(name) == pinned, f"{name}: the job would install {pinned}, this environment has {version(name)}"
+    assert version("mlflow") == tracking.MLFLOW_VERSION
 
 
-def test_the_job_installs_mlflow_whole_at_one_version():
+def test_a_job_installs_the_client_aws_pairs_with_its_server_whole_at_one_version():
     """AWS's TensorFlow image has the full mlflow (3.14.0): installing one of its halves alone over it would leave
-    mlflow's own pins (mlflow-skinny==, mlflow-tracing== its version) broken."""
-    from importlib.metadata import requires
+    mlflow's own pins broken; and the client is the one AWS pairs with the server, never the local store's."""
+    assert tracking.JOB_REQUIREMENTS == tracking.job_requirements(tracking.MANAGED_MLFLOW_VERSION)
+    assert tracking.job_requirements("3.0.0") == (
+        "mlflow==3.0.0",
+        "mlflow-skinny==3.0.0",
+        "mlflow-tracing==3.0.0",
+        tracking.PLUGIN,
+    )
+    assert tracking.job_requirements("2.16") == ("mlflow==2.16.2", "mlflow-skinny==2.16.2", tracking.PLUGIN)
+    assert tracking.paired_client("2.13.0") == "2.13.2"
+    with pytest.raises(ValueError, match=r"AWS pairs no MLflow client with a tracking server 3.17.2 .*2.13.x"):
+        tracking.job_requirements(tracking.MLFLOW_VERSION)
 
-    pins = dict(pin.split("==") for pin in tracking.JOB_REQUIREMENTS)
-    assert {pins[n] for n in ("mlflow", "mlflow-skinny", "mlflow-tracing")} == {tracking.MLFLOW_VERSION}
-    own = {r.split(";")[0].strip() for r in requires("mlflow") if "extra ==" not in r}
-    assert {f"{n}=={tracking.MLFLOW_VERSION}" for n in ("mlflow-skinny", "mlflow-tracing")} <= own
+
+def test_a_job_logging_to_a_server_of_another_version_installs_that_servers_client():
+    from utils import sagemaker_job as sj
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/course"
+    cfg = sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version="2.16.2")
+    with sj.offline_aws() as aws:
+        request = sj.request_for(cfg, aws)
+        assert aws.read_uploaded(request, "code", "requirements.txt").split() == [
+            "mlflow==2.16.2",
+            "mlflow-skinny==2.16.2",
+            tracking.PLUGIN,
+        ]
+    with pytest.raises(ValueError, match="AWS pairs no MLflow client"):
+        sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version="3.17.2")
 
 
 def test_making_a_fresh_store_says_nothing_on_stderr(tmp_path):

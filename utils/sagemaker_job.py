@@ -111,6 +111,9 @@ class JobConfig:
     region: str = REGION
     mlflow_arn: str = ""  # a managed MLflow server (tracking server or app) the job's script logs to
     mlflow_experiment: str = "course"
+    #: that server's MLflow version (an App's: what DescribeMlflowApp reports); the job installs the client AWS
+    #: pairs with it (tracking.job_requirements)
+    mlflow_version: str = ""
     #: your account's "Maximum number of instances per training job" quota, if it was raised above the default
     instance_quota: int = INSTANCES_PER_JOB_QUOTA
     #: resume an earlier job on purpose: the run id at the end of its checkpoint prefix (checkpoint_uri); empty, every
@@ -158,6 +161,7 @@ class JobConfig:
             from utils import tracking
 
             tracking.job_environment(self.mlflow_arn, self.mlflow_experiment)  # an ARN and a name, or why not
+            tracking.job_requirements(self.mlflow_version or tracking.MANAGED_MLFLOW_VERSION)  # a paired client
             if self.network_isolation:
                 raise ValueError(
                     "a job with network isolation cannot reach an MLflow server: leave mlflow_arn empty, or "
@@ -586,7 +590,8 @@ def build_trainer(
 
         environment = tracking.job_environment(config.mlflow_arn, config.mlflow_experiment)
         requirements = "requirements.txt"
-        (Path(source_dir) / requirements).write_text("\n".join(tracking.JOB_REQUIREMENTS) + "\n")
+        wanted = tracking.job_requirements(config.mlflow_version or tracking.MANAGED_MLFLOW_VERSION)
+        (Path(source_dir) / requirements).write_text("\n".join(wanted) + "\n")
     trainer = ModelTrainer(
         sagemaker_session=session,
         role=role,
@@ -1123,12 +1128,13 @@ def mlflow_server_request(
 ) -> dict:
     """The CreateMlflowTrackingServer request of a managed MLflow tracking server, checked against botocore's
     model (name, S3 artifact store, role, size, MLflow version) before anything is sent. The version is set, never
-    left to AWS's default: the jobs' client (tracking.JOB_REQUIREMENTS) must match the server's, so it is
-    tracking.MLFLOW_VERSION unless given."""
+    left to AWS's default, and is one AWS pairs with a client (tracking.MANAGED_MLFLOW_VERSION unless given): give
+    the jobs the same version as JobConfig(mlflow_version=), which installs that client."""
     from utils import tracking
 
     request = {"TrackingServerName": name, "ArtifactStoreUri": artifact_uri, "RoleArn": role_arn}
-    request["TrackingServerSize"], request["MlflowVersion"] = size, mlflow_version or tracking.MLFLOW_VERSION
+    version = mlflow_version or tracking.MANAGED_MLFLOW_VERSION
+    request["TrackingServerSize"], request["MlflowVersion"] = size, version
     validate(request, "CreateMlflowTrackingServer")
     import botocore.session
 
@@ -1145,15 +1151,12 @@ def mlflow_server_request(
     return request
 
 
-#: The tracking-server versions AWS pairs with an MLflow client ("For tracking server 2.13.x, use mlflow==2.13.2",
-#: "2.16.x ... 2.16.2", "3.0.x ... mlflow==3.0.0": AWS, "Integrate MLflow with your environment",
-#: https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-track-experiments.html); the API's model lists none.
-AWS_PAIRED_MLFLOW = {"2.13": "2.13.2", "2.16": "2.16.2", "3.0": "3.0.0"}
-
-
 def aws_pairs_mlflow(version: str) -> bool:
-    """Whether AWS's page pairs a client with tracking-server `version` (its major.minor in AWS_PAIRED_MLFLOW)."""
-    return ".".join(str(version).split(".")[:2]) in AWS_PAIRED_MLFLOW
+    """Whether AWS's page pairs a client with tracking-server `version` (its major.minor in
+    tracking.AWS_PAIRED_MLFLOW)."""
+    from utils import tracking
+
+    return ".".join(str(version).split(".")[:2]) in tracking.AWS_PAIRED_MLFLOW
 
 
 def mlflow_app_request(name: str, role_arn: str, artifact_uri: str, *, account_default: bool = False) -> dict:
@@ -1209,8 +1212,8 @@ def create_mlflow_server_online(
 ) -> str:
     """Create a managed MLflow tracking server on AWS, only with the opt-in and when the `hours` you plan fit the
     limit; return its ARN. Nothing stops it after those hours: it bills until it is stopped or deleted, and the
-    stop and delete commands are printed. Its MLflow version is tracking.MLFLOW_VERSION, the jobs' client, unless
-    `mlflow_version` is given (then give the jobs the same client)."""
+    stop and delete commands are printed. Its MLflow version is tracking.MANAGED_MLFLOW_VERSION unless
+    `mlflow_version` is given: give the jobs the same (JobConfig(mlflow_version=)), which installs its client."""
     limit_usd = check_limit(limit_usd)
     role = os.environ.get("SAGEMAKER_ROLE_ARN", f"arn:aws:iam::{OFFLINE_ACCOUNT}:role/CourseMlflowRole")
     mlflow_server_request(name, role, artifact_uri, size, region, mlflow_version)

@@ -43,22 +43,48 @@ QUIET = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "15",
 }
-#: The MLflow version of the client a job installs and of the managed tracking server the course asks for: AWS
-#: tells users to match the client to the server ("Integrate MLflow with your environment"). The same version as
-#: this environment's mlflow (tests/test_tracking.py checks it).
+#: The MLflow of the course's local store (runs/tracking/mlflow.db): this environment's mlflow, which
+#: tests/test_tracking.py checks. Not the jobs' client: that one is the managed server's (job_requirements).
 MLFLOW_VERSION = "3.17.2"
-#: What a SageMaker job's container installs to log to a managed server (from the source code's requirements.txt).
-#: AWS's TensorFlow 2.21 image already has mlflow, mlflow-skinny and mlflow-tracing (3.14.0 at its release, 3.15.1
-#: after a security update) and sagemaker-mlflow 0.4.0 (aws/deep-learning-containers
-#: docker/tensorflow/2.21/cuda/uv.lock, its `sagemaker` extra), and so does the
-#: course's Horovod image built on it. mlflow pins its two halves to its own version, so all three are installed
-#: together at one version (one of them alone would leave a mixed install), with the plugin that signs requests.
-JOB_REQUIREMENTS = (
-    f"mlflow=={MLFLOW_VERSION}",
-    f"mlflow-skinny=={MLFLOW_VERSION}",
-    f"mlflow-tracing=={MLFLOW_VERSION}",
-    "sagemaker-mlflow==0.5.0",
-)
+#: The tracking-server versions AWS pairs with an MLflow client ("For tracking server 2.13.x, use mlflow==2.13.2",
+#: "2.16.x ... 2.16.2", "3.0.x ... mlflow==3.0.0": AWS, "Integrate MLflow with your environment",
+#: https://docs.aws.amazon.com/sagemaker/latest/dg/mlflow-track-experiments.html); the API's model lists none.
+AWS_PAIRED_MLFLOW = {"2.13": "2.13.2", "2.16": "2.16.2", "3.0": "3.0.0"}
+#: The MLflow version of the managed tracking server the course asks for (CreateMlflowTrackingServer's
+#: MlflowVersion), set, never left to AWS's default: the newest that AWS's page pairs with a client.
+MANAGED_MLFLOW_VERSION = "3.0.0"
+#: SageMaker's plugin that signs MLflow's requests to a managed server (it needs mlflow-skinny>=2.8).
+PLUGIN = "sagemaker-mlflow==0.5.0"
+
+
+def paired_client(server_version: str) -> str:
+    """The MLflow client AWS pairs with a tracking server of `server_version` (its major.minor), or ValueError
+    naming the versions AWS pairs."""
+    client = AWS_PAIRED_MLFLOW.get(".".join(str(server_version).split(".")[:2]))
+    if client is None:
+        listed = ", ".join(f"{k}.x" for k in AWS_PAIRED_MLFLOW)
+        raise ValueError(
+            f"AWS pairs no MLflow client with a tracking server {server_version} (its page lists {listed}): ask for "
+            "one of those (mlflow_version=), or read AWS's 'Integrate MLflow with your environment' for a newer pair"
+        )
+    return client
+
+
+def job_requirements(server_version: str = MANAGED_MLFLOW_VERSION) -> tuple[str, ...]:
+    """What a SageMaker job's container installs (the source code's requirements.txt) to log to a managed server
+    of `server_version`: the client AWS pairs with it, and the plugin that signs requests. AWS's TensorFlow 2.21
+    image already has mlflow, mlflow-skinny and mlflow-tracing (3.14.0 at its release, 3.15.1 after a security
+    update) and sagemaker-mlflow 0.4.0 (aws/deep-learning-containers docker/tensorflow/2.21/cuda/uv.lock, its
+    `sagemaker` extra), and so does the course's Horovod image built on it. mlflow pins its halves to its own
+    version, so they are installed together at one version (one alone would leave a mixed install): mlflow and
+    mlflow-skinny, and mlflow-tracing from MLflow 3 on (MLflow 2 has none)."""
+    client = paired_client(server_version)
+    halves = ("mlflow", "mlflow-skinny") + (("mlflow-tracing",) if int(client.split(".")[0]) >= 3 else ())
+    return tuple(f"{name}=={client}" for name in halves) + (PLUGIN,)
+
+
+#: What a job installs for the course's managed server (MANAGED_MLFLOW_VERSION).
+JOB_REQUIREMENTS = job_requirements()
 #: The course's local store (runs/ is ignored by git; a fresh clone starts with none).
 STORE = paths.RUNS / "tracking" / "mlflow.db"
 #: A SageMaker managed MLflow resource, as CreateTrainingJob's MlflowConfig.MlflowResourceArn is checked (botocore).
