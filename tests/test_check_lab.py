@@ -33,6 +33,21 @@ CELLS = [
     # one check's line twice: the learner cannot tell which case each line is about
     new_code_cell("from utils import checks\nchecks.report('rate', 2, 2)\nchecks.report('rate', 2, 2)"),
     new_code_cell("checks.report('rate at step 50', 2, 2)\nchecks.report('rate at step 100', 2, 2)"),
+    # a title read from what the plot draws (utils.figures.finding); then one whose data change after it was set;
+    # then one that states an outcome typed beside the plot
+    new_code_cell(
+        "import matplotlib.pyplot as plt\nfrom utils import figures\nfig, ax = plt.subplots(figsize=(3, 2))\n"
+        "ax.plot([1, 2], [100, 190], 'o-', label='Horovod')\n"
+        "figures.finding(ax, '2 ranks {r:.2f}x faster', r=('ratio', ('y_at', 2, 'Horovod'), ('y_at', 1, 'Horovod')))"
+    ),
+    new_code_cell(
+        "fig, ax = plt.subplots(figsize=(3, 2))\nax.plot([1, 2], [100, 190], 'o-', label='Horovod')\n"
+        "figures.finding(ax, '2 ranks {r:.2f}x faster', r=('ratio', ('y_at', 2, 'Horovod'), ('y_at', 1, 'Horovod')))\n"
+        "ax.lines[0].set_ydata([100, 50])"
+    ),
+    new_code_cell(
+        "fig, ax = plt.subplots(figsize=(3, 2))\nax.bar([0, 1], [3, 9], label='img/s')\nax.set_title('3x faster')"
+    ),
 ]
 
 
@@ -73,9 +88,9 @@ def test_error_outputs_and_stderr_fail_and_each_failing_cell_has_a_screenshot(ch
     problems, _, out = checked
     assert [p.what for p in problems[5]] == ["an error output: KeyError: 'missing'"]
     assert "'a library says something'" in problems[4][0].what
-    assert sorted(problems) == [1, 3, 4, 5, 7]
+    assert sorted(problems) == [1, 3, 4, 5, 7, 10, 11]
     shots = sorted(p.name for p in out.glob("*.png"))
-    assert shots == [f"lesson.cell{i:03d}.png" for i in (2, 4, 5, 6, 8)]
+    assert shots == [f"lesson.cell{i:03d}.png" for i in (2, 4, 5, 6, 8, 11, 12)]
     assert all(p.screenshot.stat().st_size > 1000 for cell in problems.values() for p in cell)
 
 
@@ -86,6 +101,19 @@ def test_an_exercise_check_that_prints_the_same_line_twice_fails(checked):
         "apart; give each its own label"
     ]
     assert 8 not in problems  # two checks with labels of their own
+
+
+def test_a_plot_title_that_its_data_do_not_give_fails(checked):
+    problems, _, _ = checked
+    assert 9 not in problems  # the title read from the drawn data, which stay as they were
+    assert [p.what for p in problems[10]] == [
+        "a plot: the title '2 ranks 1.90x faster' says r = 1.9, but the plot as shown draws 0.5: set the title after "
+        "the last series is drawn"
+    ]
+    assert [p.what for p in problems[11]] == [
+        "a plot: the title '3x faster' states an outcome (faster) that is not read from the plot's data: make it with "
+        "utils.figures.finding, or say it in a printed sentence"
+    ]
 
 
 # What the check reads from the executed copy alone (no browser): raw result lines, silent cells, answers in view.

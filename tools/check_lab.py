@@ -21,7 +21,10 @@ A cell fails when it shows:
   timing comes from the copy: nbclient's start and end of each cell, and the first output's delay and the longest
   silence after it that utils.execution notes in the cell's metadata; a copy made before the longest silence was
   noted is judged on the rest);
-- an exercise's answer in view before the learner asks for it (ANSWERS).
+- an exercise's answer in view before the learner asks for it (ANSWERS);
+- a plot whose title disagrees with what the plot draws, read from the facts utils.figures records in each
+  figure's image: a title set from the plot's data (utils.figures.finding) that the data shown no longer give, or
+  that was changed after, and a title that states an outcome (faster, slower, better, worse) not read from them.
 
 The answers are found by their text, not by understanding the lesson. ANSWERS lists, for each exercise whose
 answer has a text of its own, the call that marks its check cell and a regular expression for the answer as the
@@ -65,7 +68,7 @@ import psutil
 from check_site import CHROMIUM_FLAGS, chromium, keep_local  # tools/check_site.py: the site's browser set-up
 from nbformat.sign import NotebookNotary
 
-from utils import course, execution, prose
+from utils import course, execution, figures, prose
 from utils.paths import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "lab-check"
@@ -359,6 +362,9 @@ def notebook_problems(nb, lesson: str) -> list[tuple[int, str]]:
         why = silent(cell)
         if why:
             found.append((index, why))
+        for out in cell.get("outputs", []):
+            recorded = out.get("metadata", {}).get("image/png", {}).get(figures.KEY)
+            found += [(index, f"a plot: {what}") for what in figures.problems(recorded or {})]
     return found + answers_in_view(nb, lesson)
 
 

@@ -55,3 +55,10 @@ if "ipykernel" in sys.modules and "tensorflow" not in sys.modules:
             _import_tensorflow_quietly()
     except ImportError:
         pass  # the lessons that need TensorFlow say so themselves
+
+# In a notebook, every figure shown carries what it draws and the findings its title states (utils.figures), for
+# the JupyterLab check to hold a title to its plot's data.
+if "ipykernel" in sys.modules:
+    from utils import figures as _figures
+
+    _figures.install()

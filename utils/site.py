@@ -55,7 +55,9 @@ def figure_alt(fig: Any) -> str:
 def record_figure_alts(shell: Any) -> None:
     """From now on, each matplotlib figure the IPython shell displays carries its text alternative (figure_alt) in
     its output's metadata, where the notebook format keeps it: {"image/png": {"alt": ...}}. The website gives it to
-    the figure's image; a screen reader reads it there."""
+    the figure's image; a screen reader reads it there. Beside it, under "course", what the figure draws and the
+    findings its titles state (utils.figures.facts), which tools/check_lab.py holds the titles to."""
+    from utils import figures
 
     def alt_metadata(fig: Any) -> tuple[dict, dict]:
         formatters = shell.display_formatter.formatters
@@ -66,8 +68,12 @@ def record_figure_alts(shell: Any) -> None:
             except KeyError:
                 continue
             mimes.append(mime)
-        alt = figure_alt(fig)
-        return {}, {mime: {"alt": alt} for mime in mimes}
+        shown = {"alt": figure_alt(fig)}
+        try:
+            shown[figures.KEY] = figures.facts(fig)
+        except Exception as err:  # a summary that cannot be made never hides the plot; the check says why
+            shown[figures.KEY] = {"error": f"{type(err).__name__}: {err}"}
+        return {}, {mime: shown for mime in mimes}
 
     shell.display_formatter.mimebundle_formatter.for_type_by_name("matplotlib.figure", "Figure", alt_metadata)
 
