@@ -204,6 +204,38 @@ def test_fp16_exercise_check_rejects_a_plain_average(capsys):
     assert "Compression.fp16" in capsys.readouterr().out
 
 
+def _misspelt_compression(grad):
+    import horovod.tensorflow as hvd
+
+    return hvd.allreduce(grad, op=hvd.Average, compression=hvd.Compression.half)
+
+
+@needs_horovod
+def test_an_answer_that_raises_on_the_ranks_is_named_in_one_line(capsys):
+    """A typo in the learner's function: the exception it raised on the ranks, not Horovod's runner's traceback."""
+    assert precision.check_fp16_allreduce(_misspelt_compression) is False
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == (
+        "[fp16 allreduce] your function failed on the ranks: AttributeError: type object 'Compression' has no "
+        "attribute 'half'. Fix that line and run the cell again."
+    ), out
+
+
+def test_the_exception_line_is_found_after_a_ranks_label():
+    err = launch.WorkerError(
+        "rank 0 exited with code 1\n[0]<stderr>:Traceback (most recent call last):\n[0]<stderr>:  File x\n"
+        "[0]<stderr>:ValueError: bad shape\n[1]<stderr>:tensorflow.python.framework.errors_impl.InternalError: "
+        "peer gone\nFull logs: /tmp/x",
+        0,
+        "exited with code 1",
+        Path("/tmp/x"),
+    )
+    assert launch.exception_line(err) == "ValueError: bad shape"  # the failing rank's, not its peer's
+    err.rank = None
+    assert launch.exception_line(err) == "tensorflow.python.framework.errors_impl.InternalError: peer gone"
+    assert launch.exception_line(RuntimeError("a worker hung for 300 s")) is None
+
+
 @needs_horovod
 def test_allreduce_worker_halves_bytes_and_keeps_ranks_identical():
     args = ["--width", "64", "--depth", "1", "--batch-size", "64", "--rounds", "1", "--repeats", "2", "--steps", "3"]

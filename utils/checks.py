@@ -25,6 +25,10 @@ def report(exercise: str, answer: Any, expected: Any, *, rel_tol: float = 1e-6, 
     shown = answer.item() if isinstance(answer, np.generic) else answer  # 0.25, not np.float64(0.25)
     if isinstance(shown, float) and shown == shown and abs(shown) != float("inf"):
         shown = float(f"{shown:.6g}")  # 3.61236, not 3.6123599479677737: as precise as the check
+    if isinstance(shown, np.ndarray) and shown.ndim == 1 and shown.dtype.kind in "fiu" and shown.size <= 20:
+        shown = [
+            float(f"{v:.6g}") if shown.dtype.kind == "f" else int(v) for v in shown.ravel()
+        ]  # not array(..., dtype=)
     if ok:
         print(f"[{exercise}] correct: {shown!r}")
     else:
@@ -337,7 +341,13 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
                 script, EXERCISE_WORKERS, args=args + ["--batch-size", str(EXERCISE_BATCH)], timeout=300, stream=quiet
             )
     except launch.WorkerError as err:
-        print(f"[MWMS script] the script failed on {EXERCISE_WORKERS} workers: {err.reason}.\n{str(err)[-1500:]}")
+        cause = launch.exception_line(err)
+        print(f"[MWMS script] the script failed on {EXERCISE_WORKERS} workers: {cause or err.reason}.")
+        print(
+            f"Fix the line it names and run the check again. The end of the log:\n{str(err)[-1500:]}"
+            if not cause
+            else f"Fix that line and run the check again (the workers' logs: {err.log_dir})."
+        )
         return False
     recs = run.records()
     key = (str(reference), reference.stat().st_mtime, epochs)
@@ -409,8 +419,12 @@ def check_horovod_script(script: str | Path, epochs: int = 1, data_size: int = 2
         run = launch.launch_horovodrun(script, np=n, args=[str(a) for a in args], timeout=300, stream=False)
     except launch.WorkerError as err:
         shutil.rmtree(out, ignore_errors=True)
+        cause = launch.exception_line(err)
         print(
-            f"[Horovod script] the script failed on {n} ranks: {err.reason}. Read the error at the end of the "
+            f"[Horovod script] the script failed on {n} ranks: {cause}. Fix that line and run the check again (the "
+            f"ranks' logs: {err.log_dir})."
+            if cause
+            else f"[Horovod script] the script failed on {n} ranks: {err.reason}. Read the error at the end of the "
             f"log below, fix the line it names, and run the check again.\n{str(err)[-1500:]}"
         )
         return False

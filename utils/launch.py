@@ -289,6 +289,27 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+#: A Python exception's last line as a worker prints it (alone, or after horovodrun's "[1]<stderr>:" label).
+EXCEPTION_LINE = re.compile(
+    r"^(?:\[\d+\]<std(?:err|out)>:)?\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)\b: .+)$", re.M
+)
+
+
+def exception_line(err: Exception) -> str | None:
+    """The last Python exception line in a failed run's message (what a learner's code raised on a worker, such as
+    "AttributeError: type object 'Compression' has no attribute 'half'"), the failing rank's where it is labelled
+    (the others often fail after it, on a lost peer), or None."""
+    text = str(err)
+    rank = getattr(err, "rank", None)
+    if rank is not None:
+        own = "\n".join(line for line in text.splitlines() if line.startswith(f"[{rank}]<"))
+        found = EXCEPTION_LINE.findall(own)
+        if found:
+            return found[-1].strip()
+    found = EXCEPTION_LINE.findall(text)
+    return found[-1].strip() if found else None
+
+
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     text = path.read_text(errors="replace").splitlines() if path.exists() else []
     return "\n".join(text[-lines:]) or "(no output)"

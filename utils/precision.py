@@ -386,6 +386,10 @@ def check_fp16_allreduce(fn: Callable[[Any], Any] | None, ranks: int = 2, timeou
     print(f"[fp16 allreduce] running your function on {ranks} Horovod ranks (about 10 s) ...", flush=True)
     try:
         got = launch.horovod_run(_exercise_rank, np=ranks, args=(fn,), timeout=timeout, stream=False)
+    except launch.WorkerError as err:
+        cause = launch.exception_line(err) or f"{err.reason} (its log: {err.log_dir})"
+        print(f"[fp16 allreduce] your function failed on the ranks: {cause}. Fix that line and run the cell again.")
+        return False
     finally:
         if by_value:
             cloudpickle.unregister_pickle_by_value(module)
