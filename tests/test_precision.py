@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -212,27 +213,49 @@ def _misspelt_compression(grad):
 
 @needs_horovod
 def test_an_answer_that_raises_on_the_ranks_is_named_in_one_line(capsys):
-    """A typo in the learner's function: the exception it raised on the ranks, not Horovod's runner's traceback."""
+    """A typo in the learner's function: the exception it raised on the ranks and the line, not Horovod's runner's
+    traceback."""
     assert precision.check_fp16_allreduce(_misspelt_compression) is False
     out = capsys.readouterr().out.strip().splitlines()
-    assert out[-1] == (
-        "[fp16 allreduce] your function failed on the ranks: AttributeError: type object 'Compression' has no "
-        "attribute 'half'. Fix that line and run the cell again."
+    assert re.fullmatch(
+        r"\[fp16 allreduce\] your function failed on the ranks: AttributeError: type object 'Compression' has no "
+        r"attribute 'half' \(line \d+ of .*test_precision\.py\)\. Fix that line and run the cell again\.",
+        out[-1],
     ), out
 
 
-def test_the_exception_line_is_found_after_a_ranks_label():
-    err = launch.WorkerError(
-        "rank 0 exited with code 1\n[0]<stderr>:Traceback (most recent call last):\n[0]<stderr>:  File x\n"
+def test_the_exception_line_is_the_failing_ranks_own():
+    tagged = launch.WorkerError(
+        "The run failed: rank 0 exited with code 1.\n--- end of worker 0's log (/tmp/x/0.log) ---\n"
+        '[0]<stderr>:Traceback (most recent call last):\n[0]<stderr>:  File "/tmp/ipykernel_7/1.py", line 4, in f\n'
         "[0]<stderr>:ValueError: bad shape\n[1]<stderr>:tensorflow.python.framework.errors_impl.InternalError: "
         "peer gone\nFull logs: /tmp/x",
         0,
         "exited with code 1",
         Path("/tmp/x"),
     )
-    assert launch.exception_line(err) == "ValueError: bad shape"  # the failing rank's, not its peer's
-    err.rank = None
-    assert launch.exception_line(err) == "tensorflow.python.framework.errors_impl.InternalError: peer gone"
+    assert launch.exception_line(tagged) == "ValueError: bad shape (line 4 of the cell that defines it)"
+    # tf.distribute workers, one log each: worker 1's lost peer comes after worker 0's own error
+    logs = (
+        "The run failed: worker 0 exited with code 1.\n--- end of worker 0's log (/tmp/y/0.log) ---\nTraceback:\n"
+        '  File "/work/scripts/exercises/mwms_todo.py", line 31, in <module>\n    strategy = tf.distribute.Foo()\n'
+        "AttributeError: module 'tensorflow._api.v2.distribute' has no attribute 'Foo'\n"
+        "--- end of worker 1's log (/tmp/y/1.log) ---\ntensorflow.python.framework.errors_impl.UnavailableError: "
+        "Collective ops is aborted\nFull logs: /tmp/y"
+    )
+    worker = launch.WorkerError(logs, 0, "exited with code 1", Path("/tmp/y"))
+    assert launch.exception_line(worker) == (
+        "AttributeError: module 'tensorflow._api.v2.distribute' has no attribute 'Foo' "
+        "(line 31 of /work/scripts/exercises/mwms_todo.py)"
+    )
+    bare = launch.WorkerError(
+        "--- end of worker 1's log (l) ---\n[1,1]<stderr>:AssertionError\n[1,0]<stderr>:RuntimeError: Horovod has "
+        "been shut down\nFull logs: l",
+        1,
+        "exited with code 1",
+        Path("l"),
+    )
+    assert launch.exception_line(bare) == "AssertionError"  # a bare assert, under mpirun's [job,rank] tag
     assert launch.exception_line(RuntimeError("a worker hung for 300 s")) is None
 
 

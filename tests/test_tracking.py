@@ -244,17 +244,18 @@ def test_the_local_store_runs_this_environments_mlflow():
 
 
 def test_a_job_installs_the_client_aws_pairs_with_its_server_whole_at_one_version():
-    """AWS's TensorFlow image has the full mlflow (3.14.0): installing one of its halves alone over it would leave
-    mlflow's own pins broken; and the client is the one AWS pairs with the server, never the local store's."""
-    assert tracking.JOB_REQUIREMENTS == tracking.job_requirements(tracking.MANAGED_MLFLOW_VERSION)
-    assert tracking.job_requirements("3.0.0") == (
+    """AWS's TensorFlow image has the full mlflow (3.14.0), whose three packages write one mlflow/ folder: one left at
+    the image's version would mix two versions' files; and the client is the one AWS pairs with the server, never
+    the local store's."""
+    assert tracking.job_requirements("3.0.1") == (
         "mlflow==3.0.0",
         "mlflow-skinny==3.0.0",
         "mlflow-tracing==3.0.0",
         tracking.PLUGIN,
     )
-    assert tracking.job_requirements("2.16") == ("mlflow==2.16.2", "mlflow-skinny==2.16.2", tracking.PLUGIN)
     assert tracking.paired_client("2.13.0") == "2.13.2"
+    with pytest.raises(ValueError, match=r"mlflow==2.16.2, which cannot be installed whole .* Ask for a 3.0.x server"):
+        tracking.job_requirements("2.16")
     with pytest.raises(ValueError, match=r"AWS pairs no MLflow client with a tracking server 3.17.2 .*2.13.x"):
         tracking.job_requirements(tracking.MLFLOW_VERSION)
 
@@ -263,16 +264,13 @@ def test_a_job_logging_to_a_server_of_another_version_installs_that_servers_clie
     from utils import sagemaker_job as sj
 
     arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/course"
-    cfg = sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version="2.16.2")
+    cfg = sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version="3.0.1")
     with sj.offline_aws() as aws:
         request = sj.request_for(cfg, aws)
-        assert aws.read_uploaded(request, "code", "requirements.txt").split() == [
-            "mlflow==2.16.2",
-            "mlflow-skinny==2.16.2",
-            tracking.PLUGIN,
-        ]
-    with pytest.raises(ValueError, match="AWS pairs no MLflow client"):
-        sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version="3.17.2")
+        assert aws.read_uploaded(request, "code", "requirements.txt").split() == list(tracking.job_requirements("3.0"))
+    for refused in ("3.17.2", "2.16.2"):
+        with pytest.raises(ValueError, match="AWS pairs no MLflow client|cannot be installed whole"):
+            sj.JobConfig(kind="mwms", instances=2, mlflow_arn=arn, mlflow_version=refused)
 
 
 def test_making_a_fresh_store_says_nothing_on_stderr(tmp_path):

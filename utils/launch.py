@@ -289,25 +289,42 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-#: A Python exception's last line as a worker prints it (alone, or after horovodrun's "[1]<stderr>:" label).
+#: A Python exception's last line as a worker prints it, after any rank label ("[1]<stderr>:" from horovodrun,
+#: "[1,0]<stderr>:" from mpirun): its type, and its message where it has one (a bare `assert` has none).
 EXCEPTION_LINE = re.compile(
-    r"^(?:\[\d+\]<std(?:err|out)>:)?\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exit)\b: .+)$", re.M
+    r"^(?:\[(?:\d+,)?\d+\]<std(?:err|out)>: ?)?\s*((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit)(?:: .+)?)\s*$",
+    re.M,
 )
+#: Where a traceback says the code was: its last `File "...", line N` gives the line to fix.
+TRACEBACK_PLACE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def exception_line(err: Exception) -> str | None:
-    """The last Python exception line in a failed run's message (what a learner's code raised on a worker, such as
-    "AttributeError: type object 'Compression' has no attribute 'half'"), the failing rank's where it is labelled
-    (the others often fail after it, on a lost peer), or None."""
+    """What a failed run's code raised, in one line: the last Python exception line of the failing rank's or
+    worker's output (the others often fail after it, on a lost peer), with where its traceback says it was raised
+    ("AttributeError: type object 'Compression' has no attribute 'half' (line 5 of the cell that defines it)": the
+    last place of its traceback outside installed packages); None where there is
+    none (a hang, a signal)."""
     text = str(err)
     rank = getattr(err, "rank", None)
-    if rank is not None:
-        own = "\n".join(line for line in text.splitlines() if line.startswith(f"[{rank}]<"))
-        found = EXCEPTION_LINE.findall(own)
+    parts = []
+    if rank is not None:  # the rank's own labelled lines (one launcher for all ranks), else its worker's own log
+        parts.append("\n".join(_lines_of_rank(text, rank)))
+        section = re.search(rf"--- end of worker {rank}'s log[^\n]*---\n(.*?)(?=\n--- |\nFull logs: |\Z)", text, re.S)
+        parts += [section.group(1)] if section else []
+    parts.append(text)
+    for part in parts:
+        found = list(EXCEPTION_LINE.finditer(part))
         if found:
-            return found[-1].strip()
-    found = EXCEPTION_LINE.findall(text)
-    return found[-1].strip() if found else None
+            line = found[-1].group(1).strip()
+            places = TRACEBACK_PLACE.findall(part[: found[-1].start()])
+            own = [p for p in places if "site-packages" not in p[0] and "/lib/python" not in p[0]] or places
+            if not own:
+                return line
+            file, number = own[-1]
+            where = "the cell that defines it" if "ipykernel_" in file else file
+            return f"{line} (line {number} of {where})"
+    return None
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

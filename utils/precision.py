@@ -387,8 +387,12 @@ def check_fp16_allreduce(fn: Callable[[Any], Any] | None, ranks: int = 2, timeou
     try:
         got = launch.horovod_run(_exercise_rank, np=ranks, args=(fn,), timeout=timeout, stream=False)
     except launch.WorkerError as err:
-        cause = launch.exception_line(err) or f"{err.reason} (its log: {err.log_dir})"
-        print(f"[fp16 allreduce] your function failed on the ranks: {cause}. Fix that line and run the cell again.")
+        cause = launch.exception_line(err)
+        print(
+            f"[fp16 allreduce] your function failed on the ranks: {cause}. Fix that line and run the cell again."
+            if cause
+            else f"[fp16 allreduce] the ranks {err.reason} (their logs: {err.log_dir}); run the cell again."
+        )
         return False
     finally:
         if by_value:

@@ -75,12 +75,19 @@ def job_requirements(server_version: str = MANAGED_MLFLOW_VERSION) -> tuple[str,
     of `server_version`: the client AWS pairs with it, and the plugin that signs requests. AWS's TensorFlow 2.21
     image already has mlflow, mlflow-skinny and mlflow-tracing (3.14.0 at its release, 3.15.1 after a security
     update) and sagemaker-mlflow 0.4.0 (aws/deep-learning-containers docker/tensorflow/2.21/cuda/uv.lock, its
-    `sagemaker` extra), and so does the course's Horovod image built on it. mlflow pins its halves to its own
-    version, so they are installed together at one version (one alone would leave a mixed install): mlflow and
-    mlflow-skinny, and mlflow-tracing from MLflow 3 on (MLflow 2 has none)."""
+    `sagemaker` extra), and so does the course's Horovod image built on it. The three packages write one folder,
+    `mlflow/` (mlflow pins mlflow-skinny to its own version, and mlflow-tracing too from 3.2 on), so all three are
+    installed at the client's version: one left at the image's would mix two versions' files. MLflow 2 has no
+    mlflow-tracing to pin, so a 2.x server's client cannot be installed whole over the image: refused."""
     client = paired_client(server_version)
-    halves = ("mlflow", "mlflow-skinny") + (("mlflow-tracing",) if int(client.split(".")[0]) >= 3 else ())
-    return tuple(f"{name}=={client}" for name in halves) + (PLUGIN,)
+    if int(client.split(".")[0]) < 3:
+        raise ValueError(
+            f"a tracking server {server_version} pairs with mlflow=={client}, which cannot be installed whole over "
+            "AWS's TensorFlow 2.21 image: its mlflow-tracing 3.x would stay in the same mlflow/ folder (MLflow 2 has "
+            f"none to pin). Ask for a {', '.join(k + '.x' for k in AWS_PAIRED_MLFLOW if not k.startswith('2.'))} "
+            "server instead"
+        )
+    return tuple(f"{name}=={client}" for name in ("mlflow", "mlflow-skinny", "mlflow-tracing")) + (PLUGIN,)
 
 
 #: What a job installs for the course's managed server (MANAGED_MLFLOW_VERSION).
