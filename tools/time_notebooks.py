@@ -48,7 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat
 import psutil
-from nbclient import NotebookClient
 
 from utils import course, envinfo, execution, launch, rank_imports
 
@@ -239,7 +238,7 @@ def main() -> None:
             )
         start = time.perf_counter()
         with PeakMemory() as memory:
-            NotebookClient(
+            execution.recording_client()(  # each cell's first output and longest silence noted, as in make test
                 nb,
                 timeout=args.cell_timeout,
                 kernel_name="python3",
