@@ -226,27 +226,27 @@ def test_an_answer_that_raises_on_the_ranks_is_named_in_one_line(capsys):
 
 def test_the_exception_line_is_the_failing_ranks_own():
     tagged = launch.WorkerError(
-        "The run failed: rank 0 exited with code 1.\n--- end of worker 0's log (/tmp/x/0.log) ---\n"
-        '[0]<stderr>:Traceback (most recent call last):\n[0]<stderr>:  File "/tmp/ipykernel_7/1.py", line 4, in f\n'
+        "The run failed: rank 0 exited with code 1.\n--- end of worker 0's log (logs/0.log) ---\n"
+        '[0]<stderr>:Traceback (most recent call last):\n[0]<stderr>:  File "ipykernel_7/1.py", line 4, in f\n'
         "[0]<stderr>:ValueError: bad shape\n[1]<stderr>:tensorflow.python.framework.errors_impl.InternalError: "
-        "peer gone\nFull logs: /tmp/x",
+        "peer gone\nFull logs: logs",
         0,
         "exited with code 1",
-        Path("/tmp/x"),
+        Path("logs"),
     )
     assert launch.exception_line(tagged) == "ValueError: bad shape (line 4 of the cell that defines it)"
     # tf.distribute workers, one log each: worker 1's lost peer comes after worker 0's own error
     logs = (
-        "The run failed: worker 0 exited with code 1.\n--- end of worker 0's log (/tmp/y/0.log) ---\nTraceback:\n"
-        '  File "/work/scripts/exercises/mwms_todo.py", line 31, in <module>\n    strategy = tf.distribute.Foo()\n'
+        "The run failed: worker 0 exited with code 1.\n--- end of worker 0's log (logs/0.log) ---\nTraceback:\n"
+        '  File "scripts/exercises/mwms_todo.py", line 31, in <module>\n    strategy = tf.distribute.Foo()\n'
         "AttributeError: module 'tensorflow._api.v2.distribute' has no attribute 'Foo'\n"
-        "--- end of worker 1's log (/tmp/y/1.log) ---\ntensorflow.python.framework.errors_impl.UnavailableError: "
-        "Collective ops is aborted\nFull logs: /tmp/y"
+        "--- end of worker 1's log (logs/1.log) ---\ntensorflow.python.framework.errors_impl.UnavailableError: "
+        "Collective ops is aborted\nFull logs: logs"
     )
-    worker = launch.WorkerError(logs, 0, "exited with code 1", Path("/tmp/y"))
+    worker = launch.WorkerError(logs, 0, "exited with code 1", Path("logs"))
     assert launch.exception_line(worker) == (
         "AttributeError: module 'tensorflow._api.v2.distribute' has no attribute 'Foo' "
-        "(line 31 of /work/scripts/exercises/mwms_todo.py)"
+        "(line 31 of scripts/exercises/mwms_todo.py)"
     )
     bare = launch.WorkerError(
         "--- end of worker 1's log (l) ---\n[1,1]<stderr>:AssertionError\n[1,0]<stderr>:RuntimeError: Horovod has "

@@ -1156,7 +1156,11 @@ def aws_pairs_mlflow(version: str) -> bool:
     tracking.AWS_PAIRED_MLFLOW)."""
     from utils import tracking
 
-    return ".".join(str(version).split(".")[:2]) in tracking.AWS_PAIRED_MLFLOW
+    try:
+        tracking.paired_client(version)
+    except ValueError:
+        return False
+    return True
 
 
 def mlflow_app_request(name: str, role_arn: str, artifact_uri: str, *, account_default: bool = False) -> dict:
