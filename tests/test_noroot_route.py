@@ -41,3 +41,23 @@ def test_nothing_is_said_when_the_tools_are_on_path_or_not_in_the_environment(mo
     assert netlab.not_on_path(["smpirun"]) == ""  # not in the environment: the caller says it is missing
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
     assert "not installed" in simgrid.available()
+
+
+def test_a_cached_only_set_up_compiles_no_simgrid_where_none_is_cached(tmp_path):
+    """CI's check without root (NOROOT_CACHED_ONLY=1) must not start SimGrid's long compile: with no cached build,
+    build_simgrid.sh says so in one line and stops with status 75, the status the set-up and the check pass on."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "COURSE_CACHED_ONLY": "1", "COURSE_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        ["bash", str(repo / "tools" / "build_simgrid.sh"), sys.executable],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert "not compiled: no build of SimGrid" in done.stdout
+    assert not any((tmp_path / "cache" / "simgrid").glob("simgrid-*/bin")), "something was built"

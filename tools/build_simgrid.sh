@@ -27,6 +27,7 @@
 #   machine; the environment gets links to its smpicc, smpicxx and smpirun in its bin folder:
 #     ${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/distributed-training-course}/simgrid/<key>
 # - It ends by proving the build: smpicc compiles an MPI_Allreduce and smpirun runs it on 4 simulated hosts.
+# - With COURSE_CACHED_ONLY=1, where no build is cached it compiles nothing: it says so and exits with status 75.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -146,6 +147,10 @@ if [ -x "$prefix/bin/smpirun" ] && [ -f "$prefix/.complete" ]; then
   link_tools
   prove
   exit 0
+fi
+if [ "${COURSE_CACHED_ONLY:-}" = 1 ]; then
+  say "not compiled: no build of SimGrid $version is cached ($prefix) and COURSE_CACHED_ONLY=1"
+  exit 75
 fi
 
 for tool in cc c++ make; do

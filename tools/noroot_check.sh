@@ -14,6 +14,9 @@
 #      by `make test`) says the same;
 #   6. the clone removed, and every process the check started as the user stopped.
 # NOROOT_LESSONS (default "03 04 07") names the lessons; NOROOT_KEEP=1 keeps the clone (to read the executed copies).
+# NOROOT_CACHED_ONLY=1 (CI sets it) compiles neither Horovod nor SimGrid: where the user's caches lack either build
+# (a new machine, or a changed build recipe), the check says so in one line and stops with status 0, since the two
+# compiles would run past CI's time; one `make noroot-check` on that machine fills the caches.
 # Uncached (a new machine: every package downloaded, Horovod and SimGrid compiled) it takes far longer than a
 # cached run: docs/notebook_instance.md gives both, measured here.
 set -euo pipefail
@@ -97,8 +100,15 @@ PY
 }
 
 # 4. the set-up, twice
-timed "set-up, first run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 bash tools/setup_env.sh \
-  || die "the set-up failed as $user (above)"
+status=0
+timed "set-up, first run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 COURSE_CACHED_ONLY="${NOROOT_CACHED_ONLY:-}" \
+  bash tools/setup_env.sh || status=$?
+if [ "$status" = 75 ]; then
+  say "NOT CHECKED: Horovod's or SimGrid's build is not cached for $user on this machine (above), and" \
+    "NOROOT_CACHED_ONLY=1 compiles neither; run make noroot-check once here (docs/notebook_instance.md gives its time)"
+  exit 0
+fi
+[ "$status" = 0 ] || die "the set-up failed as $user (above)"
 timed "set-up, second run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 bash tools/setup_env.sh \
   || die "the set-up's second run failed as $user (above)"
 # shellcheck disable=SC2016  # expanded by the user's shell

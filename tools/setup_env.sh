@@ -9,6 +9,7 @@
 #   COURSE_REQUIRE_HOROVOD=1 ...   # fail if Horovod cannot be built (CI sets it; CI=true does too)
 #   WHEELHOUSE=/path/to/wheelhouse ...   # install from a folder made by `make wheelhouse`, no network
 #   COURSE_VENV=/path/to/env ...   # create the environment elsewhere (the SageMaker lifecycle scripts do)
+#   COURSE_CACHED_ONLY=1 ...   # compile neither Horovod nor SimGrid: where either is not cached, stop with status 75
 #
 # Portable: runs with the GNU tools of Linux and with a stock macOS (bash 3.2, BSD tools); see tools/portable.sh.
 set -euo pipefail
@@ -241,7 +242,10 @@ if [ -n "$mpi_from_pypi" ]; then
   fi
 fi
 
-if ! bash "$repo/tools/build_horovod.sh" "$py"; then
+horovod_status=0
+bash "$repo/tools/build_horovod.sh" "$py" || horovod_status=$?
+[ "$horovod_status" != 75 ] || exit 75  # COURSE_CACHED_ONLY=1 and no cached wheel: said above
+if [ "$horovod_status" != 0 ]; then
   if [ -n "$require_horovod" ]; then
     die "Horovod is required here (CI or COURSE_REQUIRE_HOROVOD=1) and could not be built."
   fi
@@ -255,6 +259,9 @@ say "environment ready in $(( $(date +%s) - start )) s"
 if [ -n "$simgrid_from_source" ] && [ "${COURSE_SIMGRID:-}" = defer ]; then
   say "SimGrid's build deferred (COURSE_SIMGRID=defer): bash tools/build_simgrid.sh $py builds it"
 elif [ -n "$simgrid_from_source" ]; then
-  bash "$repo/tools/build_simgrid.sh" "$py" \
+  simgrid_status=0
+  bash "$repo/tools/build_simgrid.sh" "$py" || simgrid_status=$?
+  [ "$simgrid_status" != 75 ] || exit 75  # COURSE_CACHED_ONLY=1 and no cached build: said above
+  [ "$simgrid_status" = 0 ] \
     || say "WARNING: SimGrid's SMPI could not be built (see above): lesson 03 skips its simulated cluster."
 fi
