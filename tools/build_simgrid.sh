@@ -84,7 +84,7 @@ cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL
   target_precompile_headers simgrid PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${COURSE_PCH_HEADERS}>")'
 recipe="r$(printf '%s\n' "${cmake_flags[@]}" "$boost_version" "$boost_config" "$boost_config_version" \
   "$pch_headers" "$pch_cmake" | sha256_hex | cut -c1-8)"
-compiler="$(c++ --version 2>/dev/null | head -1 | sha256_hex | cut -c1-6)"
+compiler="$({ c++ --version 2>/dev/null || true; } | head -1 | sha256_hex | cut -c1-6)"
 platform="$(uname -s | tr '[:upper:]' '[:lower:]')_$(uname -m)"
 cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-training-course}"
 key="simgrid-$version-$platform-cxx$compiler-$recipe"

@@ -74,7 +74,7 @@ say "a fresh clone of $commit in $work/course, as $user, with a PATH that has no
 # that does it is also left in the array AS, for `timed`.
 keep=()
 for var in $(compgen -e); do
-  case "$var" in PIP_*|SSL_CERT_*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY)
+  case "$var" in PIP_*|WHEELHOUSE|SSL_CERT_*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY)
     keep+=("$var=${!var}") ;;
   esac
 done
@@ -101,7 +101,9 @@ PY
 
 # 4. the set-up, twice
 status=0
-timed "set-up, first run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 COURSE_CACHED_ONLY="${NOROOT_CACHED_ONLY:-}" \
+cached_only=""
+[ -z "${NOROOT_CACHED_ONLY:-}" ] || [ "$NOROOT_CACHED_ONLY" = 0 ] || cached_only=1  # 1, true, yes: all mean it
+timed "set-up, first run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 COURSE_CACHED_ONLY="$cached_only" \
   bash tools/setup_env.sh || status=$?
 if [ "$status" = 75 ]; then
   say "NOT CHECKED: Horovod's or SimGrid's build is not cached for $user on this machine (above), and" \
