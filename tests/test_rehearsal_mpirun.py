@@ -177,3 +177,38 @@ def test_open_mpi_4_starts_the_last_np_of_the_line_as_it_is():
     mpirun, version = MPIRUNS[4]
     assert rehearsal.keep_last_np(LINE, version) == (LINE, "")
     assert started(mpirun, LINE) == ["4"] * 4 == ["4"] * rehearsal.ranks_in(LINE)
+
+
+# ---- binding: Open MPI 5 refuses more ranks on a host than it has cores; 4.1 (SageMaker's) starts them ---------
+
+CROWDED = ["mpirun", "--host", "localhost:4", "-np", "4", "printenv", "OMPI_COMM_WORLD_SIZE"]
+
+
+def test_a_host_with_more_ranks_than_cores_is_unbound_with_open_mpi_5_only():
+    local, note = rehearsal.unbind_crowded(CROWDED, (5, 0, 11), cores=2)
+    assert local == ["mpirun", "--bind-to", "none", *CROWDED[1:]]
+    assert "refuses 4 ranks on a host with 2 cores" in note and "--bind-to none" in note
+    assert rehearsal.unbind_crowded(CROWDED, (4, 1, 4), cores=2) == (CROWDED, ""), "Open MPI 4.1 starts them"
+    assert rehearsal.unbind_crowded(CROWDED, None, cores=2) == (CROWDED, "")
+    assert rehearsal.unbind_crowded(CROWDED, (5, 0, 11), cores=4) == (CROWDED, ""), "enough cores"
+    chosen = ["mpirun", "--bind-to", "core", *CROWDED[1:]]
+    assert rehearsal.unbind_crowded(chosen, (5, 0, 11), cores=2) == (chosen, ""), "the line's own choice stays"
+
+
+def test_ranks_spread_over_hosts_are_counted_per_host():
+    two_hosts = ["mpirun", "--host", "algo-1:2,algo-2:2", "-np", "4", "python", "train.py"]
+    assert rehearsal.unbind_crowded(two_hosts, (5, 0, 11), cores=2) == (two_hosts, ""), "2 a host on 2 cores"
+    three = ["mpirun", "--host", "algo-1:3,algo-2:3", "-np", "4", "python", "train.py"]
+    local, note = rehearsal.unbind_crowded(three, (5, 0, 11), cores=2)
+    assert "refuses 3 ranks" in note and local[1:3] == ["--bind-to", "none"], "slots fill in turn: 3 then 1"
+
+
+@pytest.mark.skipif(OMPI5 is None, reason=NO_OMPI5)
+def test_open_mpi_5_starts_a_crowded_host_from_the_unbound_line():
+    mpirun, version = OMPI5
+    local, note = rehearsal.unbind_crowded(CROWDED, version, cores=1)
+    assert note and started(mpirun, local) == ["4"] * 4
+    if rehearsal.unbind_crowded(CROWDED, version)[1]:  # this machine has fewer than 4 cores: the raw line fails
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        done = subprocess.run([mpirun, *CROWDED[1:]], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "more cpus than are available" in " ".join((done.stdout + done.stderr).split())

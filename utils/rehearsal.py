@@ -269,12 +269,47 @@ def keep_last_np(command: Sequence[str], version: tuple[int, ...] | None) -> tup
     return [token for i, token in enumerate(command) if i not in dropped], note
 
 
+#: The options by which an mpirun line chooses how its ranks are bound (left as the line has them).
+BIND_FLAGS = ("--bind-to", "-bind-to")
+
+
+def unbind_crowded(
+    command: Sequence[str], version: tuple[int, ...] | None, cores: int | None = None
+) -> tuple[list[str], str]:
+    """The mpirun line to run with this machine's Open MPI `version` so that it starts the ranks that SageMaker's
+    Open MPI 4.1 starts, where one host gets more ranks than this machine has `cores` (the lab's hosts share
+    them), and one line that says what was changed ('' where nothing was).
+
+    Open MPI 5.0.11 binds each rank to a core and refuses to start more ranks on a host than it has cores ("binding
+    processes to more cpus than are available"); Open MPI 4.1.4 starts them (both tried here, 4 ranks on 2 cores),
+    and an AWS instance has the cores. So with Open MPI 5 or later, a line that does not choose its binding, and
+    such a host, `--bind-to none` is added after mpirun. Otherwise the line is returned unchanged."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    head = command[: _program_start(command)]
+    if version is None or version < FIRST_NP_WINS or any(t.partition("=")[0] in BIND_FLAGS for t in head):
+        return list(command), ""
+    left, crowded = ranks_in(command), 0
+    for _, slots in _host_slots(command) or [("", left)]:  # mpirun fills each host's slots in turn
+        crowded, left = max(crowded, min(slots, left)), left - min(slots, left)
+    if crowded <= cores:
+        return list(command), ""
+    note = (
+        f"this machine's mpirun is Open MPI {'.'.join(map(str, version))}, which refuses {crowded} ranks on a host "
+        f"with {cores} core{'s' if cores != 1 else ''} to bind them to; SageMaker's Open MPI 4.1 starts them: the "
+        "rehearsal adds --bind-to none"
+    )
+    return [command[0], "--bind-to", "none", *command[1:]], note
+
+
 def as_sagemaker_runs(command: Sequence[str], label: str = "") -> list[str]:
-    """keep_last_np with this machine's mpirun: the line to run here so that it starts what `command` starts on
-    SageMaker, after printing the one line that says what changed (nothing where nothing did)."""
-    local, note = keep_last_np(command, mpirun_version())
-    if note:
-        print(f"{label}: {note}" if label else note, flush=True)
+    """keep_last_np and unbind_crowded with this machine's mpirun: the line to run here so that it starts what
+    `command` starts on SageMaker, after printing the line that says what changed (nothing where nothing did)."""
+    version = mpirun_version()
+    local, note = keep_last_np(command, version)
+    local, bind_note = unbind_crowded(local, version)
+    for said in filter(None, (note, bind_note)):
+        print(f"{label}: {said}" if label else said, flush=True)
     return local
 
 
@@ -716,8 +751,10 @@ def _rehearse(
                 )  # get_process_count
                 layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
             if mpi and lab is not None:  # one process: mpirun on algo-1, its -np read as SageMaker's Open MPI reads it
-                line, np_note = keep_last_np(commands[0], mpirun_version(commands[0][0]))
-                notes += [np_note] if np_note else []
+                version = mpirun_version(commands[0][0])
+                line, np_note = keep_last_np(commands[0], version)
+                line, bind_note = unbind_crowded(line, version)
+                notes += [n for n in (np_note, bind_note) if n]
                 procs, started = [(0, line, envs[0])], len(layout)
             elif mpi:
                 procs, server = _gloo_ranks(commands[0], hosts, envs)
