@@ -285,7 +285,9 @@ def unbind_crowded(
     and an AWS instance has the cores. So with Open MPI 5 or later, a line that does not choose its binding, and
     such a host, `--bind-to none` is added after mpirun. Otherwise the line is returned unchanged."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from utils import envinfo
+
+        cores = envinfo.cpu_info().usable_cores
     head = command[: _program_start(command)]
     if version is None or version < FIRST_NP_WINS or any(t.partition("=")[0] in BIND_FLAGS for t in head):
         return list(command), ""
@@ -302,13 +304,18 @@ def unbind_crowded(
     return [command[0], "--bind-to", "none", *command[1:]], note
 
 
-def as_sagemaker_runs(command: Sequence[str], label: str = "") -> list[str]:
-    """keep_last_np and unbind_crowded with this machine's mpirun: the line to run here so that it starts what
-    `command` starts on SageMaker, after printing the line that says what changed (nothing where nothing did)."""
-    version = mpirun_version()
-    local, note = keep_last_np(command, version)
+def as_open_mpi_41_reads(command: Sequence[str], version: tuple[int, ...] | None) -> tuple[list[str], list[str]]:
+    """keep_last_np, then unbind_crowded: the line to run with this machine's Open MPI `version` so that it starts
+    what `command` starts on SageMaker, and the lines that say what changed (none where nothing did)."""
+    local, np_note = keep_last_np(command, version)
     local, bind_note = unbind_crowded(local, version)
-    for said in filter(None, (note, bind_note)):
+    return local, [note for note in (np_note, bind_note) if note]
+
+
+def as_sagemaker_runs(command: Sequence[str], label: str = "") -> list[str]:
+    """as_open_mpi_41_reads with this machine's mpirun, after printing the lines that say what changed."""
+    local, notes = as_open_mpi_41_reads(command, mpirun_version())
+    for said in notes:
         print(f"{label}: {said}" if label else said, flush=True)
     return local
 
@@ -751,10 +758,8 @@ def _rehearse(
                 )  # get_process_count
                 layout = _rank_layout(commands[0], hosts)  # a line whose hosts or slots are wrong fails here, clearly
             if mpi and lab is not None:  # one process: mpirun on algo-1, its -np read as SageMaker's Open MPI reads it
-                version = mpirun_version(commands[0][0])
-                line, np_note = keep_last_np(commands[0], version)
-                line, bind_note = unbind_crowded(line, version)
-                notes += [n for n in (np_note, bind_note) if n]
+                line, said = as_open_mpi_41_reads(commands[0], mpirun_version(commands[0][0]))
+                notes += said
                 procs, started = [(0, line, envs[0])], len(layout)
             elif mpi:
                 procs, server = _gloo_ranks(commands[0], hosts, envs)
