@@ -179,7 +179,7 @@ def test_open_mpi_4_starts_the_last_np_of_the_line_as_it_is():
     assert started(mpirun, LINE) == ["4"] * 4 == ["4"] * rehearsal.ranks_in(LINE)
 
 
-# ---- binding: Open MPI 5 refuses more ranks on a host than it has cores; 4.1 (SageMaker's) starts them ---------
+# ---- binding: Open MPI 5 binds each host's ranks to cores; 4.1 (SageMaker's) binds more than 2 to a socket -----
 
 CROWDED = ["mpirun", "--host", "localhost:4", "-np", "4", "printenv", "OMPI_COMM_WORLD_SIZE"]
 
@@ -190,17 +190,27 @@ def test_a_host_with_more_ranks_than_cores_is_unbound_with_open_mpi_5_only():
     assert "refuses 4 ranks on a host with 2 cores" in note and "--bind-to none" in note
     assert rehearsal.unbind_crowded(CROWDED, (4, 1, 4), cores=2) == (CROWDED, ""), "Open MPI 4.1 starts them"
     assert rehearsal.unbind_crowded(CROWDED, None, cores=2) == (CROWDED, "")
-    assert rehearsal.unbind_crowded(CROWDED, (5, 0, 11), cores=4) == (CROWDED, ""), "enough cores"
+    enough = rehearsal.unbind_crowded(CROWDED, (5, 0, 11), cores=4)[1]
+    assert "refuses" not in enough and "to a whole socket" in enough, "enough cores: unbound as 4.1 binds 4 ranks"
     chosen = ["mpirun", "--bind-to", "core", *CROWDED[1:]]
     assert rehearsal.unbind_crowded(chosen, (5, 0, 11), cores=2) == (chosen, ""), "the line's own choice stays"
 
 
-def test_ranks_spread_over_hosts_are_counted_per_host():
+def test_more_than_two_ranks_are_unbound_with_open_mpi_5_as_open_mpi_4_binds_them_to_a_socket():
     two_hosts = ["mpirun", "--host", "algo-1:2,algo-2:2", "-np", "4", "python", "train.py"]
-    assert rehearsal.unbind_crowded(two_hosts, (5, 0, 11), cores=2) == (two_hosts, ""), "2 a host on 2 cores"
+    local, note = rehearsal.unbind_crowded(two_hosts, (5, 0, 11), cores=2)
+    assert local == ["mpirun", "--bind-to", "none", *two_hosts[1:]], "the lab's hosts would bind to the same cores"
+    assert "counted from the first on every host" in note and "binds 4 ranks each to a whole socket" in note
+    assert rehearsal.unbind_crowded(two_hosts, (5, 0, 11), cores=64)[1], "however many cores: 4.1 binds to a socket"
+    assert rehearsal.unbind_crowded(two_hosts, (4, 1, 4), cores=2) == (two_hosts, ""), "Open MPI 4.1 as it is"
+    one_each = ["mpirun", "--host", "algo-1:1,algo-2:1", "-np", "2", "python", "train.py"]
+    assert rehearsal.unbind_crowded(one_each, (5, 0, 11), cores=2) == (one_each, ""), "2 ranks: both bind to cores"
     three = ["mpirun", "--host", "algo-1:3,algo-2:3", "-np", "4", "python", "train.py"]
     local, note = rehearsal.unbind_crowded(three, (5, 0, 11), cores=2)
     assert "refuses 3 ranks" in note and local[1:3] == ["--bind-to", "none"], "slots fill in turn: 3 then 1"
+    two_on_one_core = ["mpirun", "--host", "localhost:2", "-np", "2", "python", "train.py"]
+    local, note = rehearsal.unbind_crowded(two_on_one_core, (5, 0, 11), cores=1)
+    assert "refuses 2 ranks on a host with 1 core " in note and "binds each rank to a core of its own host" in note
 
 
 @pytest.mark.skipif(OMPI5 is None, reason=NO_OMPI5)
