@@ -484,8 +484,8 @@ def test_on_the_lab_the_drivers_mpirun_line_runs_over_ssh(s3, show_code, tmp_pat
     )
     done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=120, stream=False, where="lab")
     assert done.where == "lab" and done.driver_command[0] == "mpirun"
-    # the line run: the driver's own (with Open MPI 5 here: without its earlier -np, see the next test)
-    assert done.commands == [rehearsal.keep_last_np(done.driver_command, rehearsal.mpirun_version())[0]]
+    # the line run: the driver's own (with Open MPI 5 here: without its earlier -np and unbound, see the next test)
+    assert done.commands == [rehearsal.as_open_mpi_41_reads(done.driver_command, rehearsal.mpirun_version())[0]]
     assert done.ranks == ranks and done.planned_ranks == 4
     records = done.records()
     assert [r["rank"] for r in records] == list(range(ranks))
@@ -514,7 +514,9 @@ def test_on_the_lab_open_mpi_5_runs_the_line_with_the_last_np_and_the_line_aws_r
     done = rehearsal.rehearse(request, s3, root=tmp_path, timeout=120, stream=False, where="lab")
     aws = done.driver_command
     assert aws[3:5] == ["-np", "2"] and aws.count("-np") == 2 and rehearsal.ranks_in(aws) == 4, "AWS's line, as built"
-    assert ran == done.commands == [aws[:3] + aws[5:]], "run without the driver's -np 2"
+    unbound = [aws[0], "--bind-to", "none", *aws[1:3], *aws[5:]]  # 4 ranks: Open MPI 4.1 binds them to a socket
+    assert ran == done.commands == [unbound], "run without the driver's -np 2, and unbound"
+    assert len([n for n in done.notes if "adds --bind-to none" in n]) == 1
     notes = [n for n in done.notes if "keeps the first -np" in n]
     printed = [line for line in capsys.readouterr().out.splitlines() if "keeps the first -np" in line]
     assert printed == [f"[rehearsal] {notes[0]}"] and len(notes) == 1 and "Open MPI 5.0.11" in notes[0]

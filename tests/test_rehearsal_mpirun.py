@@ -211,6 +211,10 @@ def test_more_than_two_ranks_are_unbound_with_open_mpi_5_as_open_mpi_4_binds_the
     two_on_one_core = ["mpirun", "--host", "localhost:2", "-np", "2", "python", "train.py"]
     local, note = rehearsal.unbind_crowded(two_on_one_core, (5, 0, 11), cores=1)
     assert "refuses 2 ranks on a host with 1 core " in note and "binds each rank to a core of its own host" in note
+    assert local == ["mpirun", "--bind-to", "none", *two_on_one_core[1:]]
+    for chosen in (["--bind-to=core"], ["-bind-to", "socket"]):
+        line = [two_hosts[0], *chosen, *two_hosts[1:]]
+        assert rehearsal.unbind_crowded(line, (5, 0, 11), cores=2) == (line, ""), "the line's own choice stays"
 
 
 @pytest.mark.skipif(OMPI5 is None, reason=NO_OMPI5)
@@ -218,7 +222,7 @@ def test_open_mpi_5_starts_a_crowded_host_from_the_unbound_line():
     mpirun, version = OMPI5
     local, note = rehearsal.unbind_crowded(CROWDED, version, cores=1)
     assert note and started(mpirun, local) == ["4"] * 4
-    if rehearsal.unbind_crowded(CROWDED, version)[1]:  # this machine has fewer than 4 cores: the raw line fails
+    if "refuses" in rehearsal.unbind_crowded(CROWDED, version)[1]:  # fewer than 4 cores here: the raw line fails
         env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
         done = subprocess.run([mpirun, *CROWDED[1:]], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode != 0 and "more cpus than are available" in " ".join((done.stdout + done.stderr).split())

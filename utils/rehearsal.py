@@ -279,15 +279,16 @@ def unbind_crowded(
     """The mpirun line to run with this machine's Open MPI `version` so that its ranks are bound as SageMaker's
     Open MPI 4.1 binds them, and one line that says what was changed ('' where nothing was).
 
-    Open MPI 4.1 binds the ranks of a line that chooses no binding each to a core where it starts at most two, and
-    each to a whole socket where it starts more (its mpirun man page, "Three binding patterns"). Open MPI 5.0.11
-    binds a host's ranks each to one core, counted from the first core on every host, and refuses more ranks on a
-    host than it has cores ("binding processes to more cpus than are available"). Here the lab's hosts share this
-    machine's `cores`, so with 2 ranks on each of 2 hosts two ranks were bound to each core, and Horovod's start
-    never ended (4 ranks in hvd.init for 300 s; 3 of 3 runs ended with `--bind-to none`). So with Open MPI 5 or
-    later and a line that does not choose its binding, `--bind-to none` is added after mpirun where the line starts
-    more than two ranks (a socket of this machine is all of its cores) or gives a host more ranks than `cores`.
-    Otherwise the line is returned unchanged."""
+    Open MPI 4.1, in the absence of any binding directive, binds each rank to a core where a line starts at most
+    two, each to a whole socket where it starts more, and none where the hosts are oversubscribed (its mpirun man
+    page). Open MPI 5.0.11 binds a host's ranks each to one core, counted from the first core on every host, and
+    refuses more ranks on a host than it has cores ("binding processes to more cpus than are available"). The
+    lab's hosts share this machine's `cores`: with 2 ranks on each of 2 hosts, two ranks were bound to each core,
+    and Horovod's start had not finished after 300 s (4 ranks in hvd.init; 3 of 3 runs finished with
+    `--bind-to none`). So with Open MPI 5 or later and a line that does not choose its binding, `--bind-to none`
+    is added after mpirun where the line starts more than two ranks, or gives a host more ranks than `cores`. On a
+    machine of one socket, as this one, that is what 4.1's socket binding leaves them: all the cores. Otherwise
+    the line is returned unchanged."""
     if cores is None:
         from utils import envinfo
 
@@ -296,20 +297,23 @@ def unbind_crowded(
     if version is None or version < FIRST_NP_WINS or any(t.partition("=")[0] in BIND_FLAGS for t in head):
         return list(command), ""
     ranks = left = ranks_in(command)
-    crowded = 0
+    per_host = []
     for _, slots in _host_slots(command) or [("", left)]:  # mpirun fills each host's slots in turn
-        crowded, left = max(crowded, min(slots, left)), left - min(slots, left)
+        per_host, left = [*per_host, min(slots, left)], left - min(slots, left)
+    crowded = max(per_host)
     if ranks <= 2 and crowded <= cores:
         return list(command), ""
     ompi = f"this machine's mpirun is Open MPI {'.'.join(map(str, version))}, which"
     cores_said = f"{cores} core{'s' if cores != 1 else ''}"
     if crowded > cores:
         why = f"{ompi} refuses {crowded} ranks on a host with {cores_said} to bind them to"
-    else:
+    elif sum(1 for n in per_host if n) > 1:
         why = (
-            f"{ompi} binds each of a host's ranks to one core, counted from the first on every host (the lab's "
-            f"hosts share this machine's {cores_said})"
+            f"{ompi} binds each of a host's ranks to one core, counted from the first on every host, and the "
+            f"lab's hosts share this machine's {cores_said}"
         )
+    else:
+        why = f"{ompi} binds each of the {ranks} ranks to one core"
     aws = f"binds {ranks} ranks each to a whole socket" if ranks > 2 else "binds each rank to a core of its own host"
     note = f"{why}; SageMaker's Open MPI 4.1 {aws}: the rehearsal adds --bind-to none"
     return [command[0], "--bind-to", "none", *command[1:]], note
