@@ -297,9 +297,10 @@ def unbind_crowded(
     if version is None or version < FIRST_NP_WINS or any(t.partition("=")[0] in BIND_FLAGS for t in head):
         return list(command), ""
     ranks = left = ranks_in(command)
-    per_host = []
-    for _, slots in _host_slots(command) or [("", left)]:  # mpirun fills each host's slots in turn
-        per_host, left = [*per_host, min(slots, left)], left - min(slots, left)
+    per_host = []  # the ranks each host gets: mpirun fills each host's slots in turn
+    for _, slots in _host_slots(command) or [("", ranks)]:
+        per_host.append(min(slots, left))
+        left -= per_host[-1]
     crowded = max(per_host)
     if ranks <= 2 and crowded <= cores:
         return list(command), ""
