@@ -243,7 +243,9 @@ def test_tfjob_on_loopback_where_the_lab_cannot_run(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     run = kf.rehearse(kf.tf_pods(job), where="loopback", volumes={"ckpt": claim}, timeout=300, stream=False)
     assert run.where == "loopback" and run.why_loopback == "asked for"
-    assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}
+    assert run.exit_codes == {"fc-chief-0": [0], "fc-worker-0": [0]}, "\n".join(
+        f"--- {pod} ---\n{text[-4000:]}" for pod, text in run.output.items()
+    )
     assert list(scratch.iterdir()) == [], "a folder was made for a claim given as a volume"
     records = run.records()
     assert [r["rank"] for r in records] == [0, 1] and len({r["weights_sha256"] for r in records}) == 1

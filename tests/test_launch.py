@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -442,12 +443,30 @@ def test_a_failure_that_is_not_about_ports_is_not_retried(tmp_path, monkeypatch,
     assert len(picks) == 1
 
 
-def test_free_ports_are_distinct_and_unbound():
+def test_free_ports_are_distinct_unbound_and_below_the_kernels_own_range():
     ports = launch.free_ports(8)
     assert len(set(ports)) == 8
+    first, _ = launch.ephemeral_ports()
+    assert all(launch.LOWEST_PORT <= p < first for p in ports), (ports, first)
     for port in ports:
         with socket.socket() as s:
             s.bind(("localhost", port))
+
+
+def test_where_the_kernels_range_leaves_no_room_below_it_free_ports_still_picks_free_ones(monkeypatch):
+    monkeypatch.setattr(launch, "ephemeral_ports", lambda: (1024, 65535))
+    ports = launch.free_ports(4)
+    assert len(set(ports)) == 4 and all(p >= 1024 for p in ports)
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("localhost", port))
+
+
+def test_a_seeded_global_random_does_not_fix_the_ports():
+    random.seed(0)
+    first = launch.free_ports(3)
+    random.seed(0)
+    assert launch.free_ports(3) != first
 
 
 def test_workers_run_on_the_cpu_unless_the_notebook_shows_them_a_gpu(monkeypatch):

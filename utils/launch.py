@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import random
 import re
 import shutil
 import signal
@@ -738,11 +739,40 @@ def tf_config(n: int, index: int, ports: Sequence[int]) -> dict[str, Any]:
     return {"cluster": {"worker": [f"localhost:{p}" for p in ports[:n]]}, "task": {"type": "worker", "index": index}}
 
 
+#: The lowest port `free_ports` picks; it picks below the kernel's own range (`ephemeral_ports`).
+LOWEST_PORT = 10000
+
+
+def ephemeral_ports() -> tuple[int, int]:
+    """The ports this machine's kernel hands out by itself, first and last: to a socket bound to port 0 and as the
+    local port of every outgoing connection (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by
+    default; elsewhere the IANA range 49152-65535 that macOS and Windows use)."""
+    try:
+        first, last = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        first, last = 49152, 65535
+    return first, last
+
+
 def free_ports(n: int) -> list[int]:
-    """`n` distinct TCP ports that nothing on this machine has bound, picked now (never fixed numbers)."""
+    """`n` distinct TCP ports that nothing on this machine has bound, picked now (never fixed numbers).
+
+    They are picked at random below the kernel's own range (`ephemeral_ports`): a port from that range, free
+    when it is picked, can become the local port of any program's outgoing connection before the process it is
+    meant for binds it (a TensorFlow worker binds its port only after seconds of imports). Where the kernel's
+    range leaves too little room below it, portpicker picks (from the kernel's range)."""
+    first, _ = ephemeral_ports()
+    pick = random.Random()  # its own: a caller's random.seed must not make every run pick the same ports
     ports: list[int] = []
+    tries = 0
     while len(ports) < n:
-        port = portpicker.pick_unused_port()  # binds the port (TCP and UDP) to check that it is free
+        tries += 1
+        if first - LOWEST_PORT >= 1000 and tries <= 100 * n:
+            port = pick.randrange(LOWEST_PORT, first)
+            if port in ports or not portpicker.is_port_free(port):  # binds it (TCP and UDP) to check
+                continue
+        else:
+            port = portpicker.pick_unused_port()  # binds the port (TCP and UDP) to check that it is free
         if port not in ports:
             ports.append(port)
     return ports
