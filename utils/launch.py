@@ -739,8 +739,9 @@ def tf_config(n: int, index: int, ports: Sequence[int]) -> dict[str, Any]:
     return {"cluster": {"worker": [f"localhost:{p}" for p in ports[:n]]}, "task": {"type": "worker", "index": index}}
 
 
-#: The lowest port `free_ports` picks; it picks below the kernel's own range (`ephemeral_ports`).
-LOWEST_PORT = 10000
+#: The lowest port `free_ports` picks; it picks below the kernel's own range (`ephemeral_ports`). Browsers refuse
+#: a few ports below it (Chromium's and Firefox's lists end at 10080), and the course's servers are opened in one.
+LOWEST_PORT = 20000
 
 
 def ephemeral_ports() -> tuple[int, int]:
