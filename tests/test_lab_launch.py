@@ -17,10 +17,10 @@ from pathlib import Path
 
 import jsonschema
 import nbformat
-import portpicker
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
+from utils import launch
 from utils.paths import REPO_ROOT
 
 OVERRIDES = REPO_ROOT / "tools" / "jupyterlab_overrides.json"
@@ -82,7 +82,7 @@ def test_jupyterlab_started_as_make_lab_starts_it_prints_lesson_00s_address_and_
     """This environment's JupyterLab, with the recipe's arguments and its overrides folder, headless: the address it
     prints is the lesson's, `/` leads there, and the news setting is "Never" with no user setting."""
     course, args = made
-    port = portpicker.pick_unused_port()
+    port = launch.free_ports(1)[0]
     command = [str(Path(sys.executable).with_name("jupyter")), *args, "--no-browser", f"--port={port}"]
     command += ["--ip=127.0.0.1", f"--LabApp.app_settings_dir={course / '.venv/share/jupyter/lab/settings'}"]
     command += [f"--LabApp.user_settings_dir={tmp_path / 'user'}", f"--LabApp.workspaces_dir={tmp_path / 'ws'}"]

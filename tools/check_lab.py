@@ -63,12 +63,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import nbformat
-import portpicker
 import psutil
 from check_site import CHROMIUM_FLAGS, chromium, keep_local  # tools/check_site.py: the site's browser set-up
 from nbformat.sign import NotebookNotary
 
-from utils import course, execution, figures, prose
+from utils import course, execution, figures, launch, prose
 from utils.paths import REPO_ROOT
 
 OUT = REPO_ROOT / "build" / "lab-check"
@@ -431,7 +430,7 @@ def start_server(work: Path, root: Path, out: Path) -> tuple[subprocess.Popen, s
     (work / "app" / "overrides.d").mkdir(parents=True)
     shutil.copy(COURSE_OVERRIDES, work / "app" / "overrides.d" / "course.json")
     (work / "app" / "overrides.json").write_text(json.dumps(CHECK_OVERRIDES, indent=1))
-    port, token = portpicker.pick_unused_port(), secrets.token_hex(16)
+    port, token = launch.free_ports(1)[0], secrets.token_hex(16)  # below the kernel's own range
     env = {**os.environ, "JUPYTER_PATH": str(REPO_ROOT / ".venv" / "share" / "jupyter")}
     jupyter = Path(sys.executable).with_name("jupyter")
     command = [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--notebook-dir={root}"]
