@@ -746,8 +746,8 @@ LOWEST_PORT = 20000
 
 def ephemeral_ports() -> tuple[int, int]:
     """The ports this machine's kernel hands out by itself, first and last: to a socket bound to port 0 and as the
-    local port of every outgoing connection (Linux: /proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by
-    default; elsewhere the IANA range 49152-65535 that macOS and Windows use)."""
+    local port of an outgoing connection that binds none of its own (Linux: /proc/sys/net/ipv4/ip_local_port_range,
+    32768-60999 by default; elsewhere the IANA range 49152-65535, macOS's and Windows' default)."""
     try:
         first, last = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     except (OSError, ValueError):
@@ -761,7 +761,8 @@ def free_ports(n: int) -> list[int]:
     They are picked at random below the kernel's own range (`ephemeral_ports`): a port from that range, free
     when it is picked, can become the local port of any program's outgoing connection before the process it is
     meant for binds it (a TensorFlow worker binds its port only after seconds of imports). Where the kernel's
-    range leaves too little room below it, portpicker picks (from the kernel's range)."""
+    range leaves too little room below it, or 100 tries a port find none free there, portpicker picks (from the
+    kernel's range)."""
     first, _ = ephemeral_ports()
     pick = random.Random()  # its own: a caller's random.seed must not make every run pick the same ports
     ports: list[int] = []
