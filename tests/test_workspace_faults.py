@@ -475,6 +475,36 @@ def test_W10_W27_syncs_killed_or_interrupted_at_random_instants(tmp_path, trial,
         check_after_rerun(w, BIG)
 
 
+CTRL_C_WHILE_STARTING = """
+import argparse, os, runpy, signal, sys
+read = argparse.ArgumentParser.parse_args
+def parse_args(self, *args, **kw):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command reads its arguments, before its work
+    return read(self, *args, **kw)
+argparse.ArgumentParser.parse_args = parse_args
+sys.argv = ["utils.workspace", *sys.argv[1:]]
+runpy.run_module("utils.workspace", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130_with_nothing_written(tmp_path):
+    course = tmp_path / "notebooks"
+    write(course / "01_one.ipynb", course_v1(3))
+    root = tmp_path / "workspace"
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_STARTING, "--root", str(root), "--course", str(course), "sync"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "[workspace] interrupted while starting: nothing was changed; run it again"
+    ]
+    assert not root.exists()
+
+
 def test_W13_two_syncs_at_once_merge_once(tmp_path):
     for k in range(2):
         w = big_workspace(tmp_path / str(k))

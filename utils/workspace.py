@@ -42,17 +42,29 @@ learner had edited, the learner's copy stays as it is and sync names the course'
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
+
+def _interrupted_at_start(signum: int, frame: object) -> None:
+    """Ctrl-C while `python -m utils.workspace` is still starting (its imports, its arguments), when it has written
+    nothing: one line and status 130, where Python would print a traceback."""
+    os.write(2, b"[workspace] interrupted while starting: nothing was changed; run it again\n")
+    os._exit(130)
+
+
+if __name__ == "__main__":  # before the imports below: they take most of the command's first tenth of a second
+    signal.signal(signal.SIGINT, _interrupted_at_start)
+
 import argparse
 import codecs
 import copy
 import hashlib
 import itertools
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -973,6 +985,8 @@ def main(argv: list[str] | None = None) -> int:
     exercises = args.exercises or (EXERCISES if args.course == NOTEBOOKS else None)
     ws = Workspace(args.root, args.course, exercises)
     try:
+        if signal.getsignal(signal.SIGINT) is _interrupted_at_start:  # from here, Ctrl-C is answered below
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if args.command == "sync":
             changes = ws.sync()
             for c in changes:
