@@ -471,38 +471,67 @@ def test_W10_W27_syncs_killed_or_interrupted_at_random_instants(tmp_path, trial,
         out, err = p.communicate(timeout=60)
         assert p.returncode in (0, 130, -sig), err
         assert "Traceback" not in err
+        if p.returncode == 130:
+            assert err.strip().splitlines()[-1] in (STARTING, WORKING), err
         w.sync()
         check_after_rerun(w, BIG)
 
 
-CTRL_C_WHILE_STARTING = """
-import argparse, os, runpy, signal, sys
-read = argparse.ArgumentParser.parse_args
-def parse_args(self, *args, **kw):
-    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command reads its arguments, before its work
-    return read(self, *args, **kw)
-argparse.ArgumentParser.parse_args = parse_args
-sys.argv = ["utils.workspace", *sys.argv[1:]]
+CTRL_C_AT = """
+import argparse, importlib.abc, os, runpy, signal, sys
+def ctrl_c():
+    os.kill(os.getpid(), signal.SIGINT)
+if sys.argv[1] == "imports":  # while the command imports urllib.request, one of its first imports
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "urllib.request":
+                ctrl_c()
+    sys.meta_path.insert(0, Finder())
+else:  # while it reads its arguments
+    read = argparse.ArgumentParser.parse_args
+    argparse.ArgumentParser.parse_args = lambda self, *a, **kw: (ctrl_c(), read(self, *a, **kw))[1]
+sys.argv = ["utils.workspace", *sys.argv[2:]]
 runpy.run_module("utils.workspace", run_name="__main__", alter_sys=True)
 """
+STARTING = "[workspace] interrupted while starting: nothing was changed; run it again"
+WORKING = "[workspace] interrupted: each lesson is either updated or as it was; run sync again"
 
 
-def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130_with_nothing_written(tmp_path):
+def _ctrl_c_at(when: str, course: Path, root: Path, **kw) -> subprocess.CompletedProcess:
+    args = [when, "--root", str(root), "--course", str(course), "sync"]
+    return subprocess.run(
+        [sys.executable, "-c", CTRL_C_AT, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, **kw
+    )
+
+
+@pytest.mark.parametrize("when", ["imports", "arguments"])
+def test_ctrl_c_while_the_command_starts_is_one_line_and_status_130_with_nothing_written(tmp_path, when):
     course = tmp_path / "notebooks"
     write(course / "01_one.ipynb", course_v1(3))
-    root = tmp_path / "workspace"
-    done = subprocess.run(
-        [sys.executable, "-c", CTRL_C_WHILE_STARTING, "--root", str(root), "--course", str(course), "sync"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _ctrl_c_at(when, course, tmp_path / "workspace")
     assert done.returncode == 130, done.stderr
-    assert done.stderr.strip().splitlines() == [
-        "[workspace] interrupted while starting: nothing was changed; run it again"
-    ]
-    assert not root.exists()
+    assert done.stderr.strip().splitlines() == [STARTING]
+    assert not (tmp_path / "workspace").exists()
+
+
+def test_ctrl_c_ignored_where_the_command_was_started_stays_ignored(tmp_path):
+    """A shell script's background command starts with SIGINT ignored: the sync runs through."""
+    course = tmp_path / "notebooks"
+    write(course / "01_one.ipynb", course_v1(3))
+    ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)
+    done = _ctrl_c_at("imports", course, tmp_path / "workspace", preexec_fn=ignore)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "workspace" / "01_one.ipynb").exists()
+
+
+def test_ctrl_c_during_the_work_is_answered_by_the_command_not_as_at_its_start(tmp_path):
+    w = big_workspace(tmp_path)
+    p = cli(w, "sync", env={"COURSE_WORKSPACE_INTERRUPT_AT": "before-commit"})
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip().splitlines() == [WORKING]
+    w.sync()
+    check_after_rerun(w, BIG)
 
 
 def test_W13_two_syncs_at_once_merge_once(tmp_path):

@@ -54,7 +54,9 @@ def _interrupted_at_start(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-if __name__ == "__main__":  # before the imports below: they take most of the command's first tenth of a second
+# Before the imports below, which take most of the command's first tenth of a second; not where Ctrl-C is ignored
+# (a command started in the background by a shell script), which stays so.
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_at_start)
 
 import argparse
@@ -101,7 +103,8 @@ OPEN_ADVICE = (
 )
 #: The action of a learner's copy of a lesson the course no longer has (renamed or removed since it was copied).
 GONE = "no longer in the course"
-#: Points where a test can act (HOOKS[point](path)) or, with COURSE_WORKSPACE_KILL_AT=point, the process is killed.
+#: Points where a test can act (HOOKS[point](path)); with COURSE_WORKSPACE_KILL_AT=point the process is killed
+#: there, with COURSE_WORKSPACE_INTERRUPT_AT=point it gets Ctrl-C (SIGINT).
 HOOKS: dict[str, Callable[[Path], None]] = {}
 
 
@@ -130,6 +133,8 @@ class Change:
 def _hook(point: str, path: Path) -> None:
     if os.environ.get("COURSE_WORKSPACE_KILL_AT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("COURSE_WORKSPACE_INTERRUPT_AT") == point:
+        os.kill(os.getpid(), signal.SIGINT)
     if point in HOOKS:
         HOOKS[point](path)
 
