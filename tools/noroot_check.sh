@@ -9,9 +9,9 @@
 #   3. a fresh clone of this checkout's commit (HEAD: what is committed) in the user's home, owned by the user;
 #   4. as that user: tools/setup_env.sh twice, each run timed (wall and CPU seconds); then mpirun, smpirun and
 #      Horovod with MPI must come from the environment, and Horovod's MPI library must load its libmpi;
-#   5. lessons 03, 04 and 07 in smoke mode (as tools/run_tests.sh runs them), failing on any line of theirs that
-#      says a section was skipped, unless the root path's executed copy of the lesson (build/executed/smoke, left
-#      by `make test`) says the same;
+#   5. lessons 03, 04 and 07 in smoke mode (as tools/run_tests.sh runs them: those that measure alone, then the
+#      others two at a time), failing on any line of theirs that says a section was skipped, unless the root path's
+#      executed copy of the lesson (build/executed/smoke, left by `make test`) says the same;
 #   6. the clone removed, and every process the check started as the user stopped.
 # NOROOT_LESSONS (default "03 04 07") names the lessons; NOROOT_KEEP=1 keeps the clone (to read the executed copies).
 # NOROOT_CACHED_ONLY=1 (CI sets it) compiles neither Horovod nor SimGrid: where the user's caches lack either build
@@ -131,11 +131,21 @@ for n in $lessons; do
   [ -f "${found[0]}" ] || die "no lesson $n in notebooks/"
   paths+=("notebooks/$(basename "${found[0]}")")
 done
+# As make test runs them: those that measure in smoke mode (marked `alone`) one at a time with nothing beside them,
+# then the others two at a time (pytest exits 5 where a group is empty).
 rc=0
-timed "lessons ${lessons// /, } (smoke mode)" "${AS[@]}" env COURSE_SMOKE=1 JUPYTER_PATH="$work/course/.venv/share/jupyter" \
-  TF_CPP_MIN_LOG_LEVEL=2 PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest --nbmake "${paths[@]}" \
-  -p utils.nbmake_plugin -p no:cacheprovider --nbmake-timeout 600 --nbmake-kernel python3 \
-  --executed-copies "$work/course/build/executed" -v --no-header || rc=1
+nbmake=("${AS[@]}" env COURSE_SMOKE=1 JUPYTER_PATH="$work/course/.venv/share/jupyter" TF_CPP_MIN_LOG_LEVEL=2
+  PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest --nbmake "${paths[@]}" -p utils.nbmake_plugin
+  -p no:cacheprovider --nbmake-timeout 600 --nbmake-kernel python3 --executed-copies "$work/course/build/executed"
+  -v --no-header)
+for group in alone "not alone"; do
+  parallel=()
+  [ "$group" = alone ] || parallel=(-n 2 --dist worksteal)
+  group_rc=0
+  timed "lessons ${lessons// /, } (smoke mode), those marked $group" "${nbmake[@]}" -m "$group" \
+    ${parallel[@]+"${parallel[@]}"} || group_rc=$?
+  case $group_rc in 0 | 5) ;; *) rc=1 ;; esac
+done
 
 # every line that says a section was skipped, in the user's executed copies and in the root path's
 "$py" - "$work/course/build/executed" "$repo/build/executed" "${paths[@]}" <<'PY' || rc=1
