@@ -9,11 +9,13 @@
 #   3. a fresh clone of this checkout's commit (HEAD: what is committed) in the user's home, owned by the user;
 #   4. as that user: tools/setup_env.sh twice, each run timed (wall and CPU seconds); then mpirun, smpirun and
 #      Horovod with MPI must come from the environment, and Horovod's MPI library must load its libmpi;
-#   5. lessons 03, 04 and 07 in smoke mode (as tools/run_tests.sh runs them: those that measure alone, then the
-#      others two at a time), failing on any line of theirs that says a section was skipped, unless the root path's
-#      executed copy of the lesson (build/executed/smoke, left by `make test`) says the same;
+#   5. lessons 03, 04 and 07 in smoke mode (as tools/run_tests.sh runs them, in the other order: two at a time,
+#      then the one that measures alone), failing on any line of theirs that says a section was skipped, unless the
+#      root path's executed copy of the lesson (build/executed/smoke, left by `make test`) says the same;
 #   6. the clone removed, and every process the check started as the user stopped.
 # NOROOT_LESSONS (default "03 04 07") names the lessons; NOROOT_KEEP=1 keeps the clone (to read the executed copies).
+# NOROOT_LESSONS_AFTER=FILE (with NOROOT_WAIT_PID, CI's process) holds the lessons until FILE has make test's exit
+# status: CI sets the user up while make test runs.
 # NOROOT_CACHED_ONLY=1 (CI sets it) compiles neither Horovod nor SimGrid: where the user's caches lack either build
 # (a new machine, or a changed build recipe), the check says so in one line and stops with status 0, since the two
 # compiles would run past CI's time; one `make noroot-check` on that machine fills the caches.
@@ -131,14 +133,31 @@ for n in $lessons; do
   [ -f "${found[0]}" ] || die "no lesson $n in notebooks/"
   paths+=("notebooks/$(basename "${found[0]}")")
 done
-# As make test runs them: those that measure in smoke mode (marked `alone`) one at a time with nothing beside them,
-# then the others two at a time (pytest exits 5 where a group is empty).
+# Where CI started this check beside make test (NOROOT_LESSONS_AFTER: the file CI writes make test's exit status
+# into when it ends; NOROOT_WAIT_PID: CI's process), the lessons wait for it: they run as make test's do, and their
+# skipped sections are compared with its executed copies.
+if [ -n "${NOROOT_LESSONS_AFTER:-}" ]; then
+  say "set up; the lessons wait for make test to end"
+  waited=$(date +%s)
+  until [ -s "$NOROOT_LESSONS_AFTER" ]; do
+    if [ -n "${NOROOT_WAIT_PID:-}" ] && ! kill -0 "$NOROOT_WAIT_PID" 2>/dev/null; then
+      die "the run that started this check (process $NOROOT_WAIT_PID) ended without writing $NOROOT_LESSONS_AFTER"
+    fi
+    sleep 2
+  done
+  read -r test_status < "$NOROOT_LESSONS_AFTER"
+  [ "$test_status" = 0 ] || die "make test failed (exit status $test_status): the lessons were not run as $user"
+  say "make test ended $(( $(date +%s) - waited )) s later; the lessons start"
+fi
+# As make test runs them, in the other order: the lessons that do not measure (two at a time) first, then those that
+# measure in smoke mode (marked `alone`), one at a time, when the checks CI runs beside this one have ended
+# (pytest exits 5 where a group is empty).
 rc=0
 nbmake=("${AS[@]}" env COURSE_SMOKE=1 JUPYTER_PATH="$work/course/.venv/share/jupyter" TF_CPP_MIN_LOG_LEVEL=2
   PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest --nbmake "${paths[@]}" -p utils.nbmake_plugin
   -p no:cacheprovider --nbmake-timeout 600 --nbmake-kernel python3 --executed-copies "$work/course/build/executed"
   -v --no-header)
-for group in alone "not alone"; do
+for group in "not alone" alone; do
   parallel=()
   [ "$group" = alone ] || parallel=(-n 2 --dist worksteal)
   group_rc=0
