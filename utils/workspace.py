@@ -467,6 +467,21 @@ class Workspace:
         while marker.exists() and time.monotonic() < deadline:
             time.sleep(0.02)
 
+    @staticmethod
+    def _being_written(path: Path, read: bytes, wait_s: float = 0.3) -> bool:
+        """True where `path` no longer holds `read` within `wait_s`: a save is writing it. Jupyter's server copies a
+        notebook to `.~name` before it writes it in place (`_settle` waits on that copy), but where the file was
+        away at that instant (a sync had moved it aside) it writes a new one, with no copy to wait on."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                if path.read_bytes() != read:
+                    return True
+            except OSError:
+                return True
+        return False
+
     def _commit(self, path: Path, data: bytes, read: bytes) -> None:
         """Replaces the learner's copy `path` with `data` only if it still holds `read` (what sync read and
         merged); else raises _Changed and leaves it as it is. The copy is first moved aside (so that a save
@@ -632,6 +647,8 @@ class Workspace:
             try:
                 mine = parse(mine_raw, mine_p)
             except LessonError as err:
+                if self._being_written(mine_p, mine_raw):
+                    continue  # a save that made the file anew (no `.~` copy beside it) is writing it: read it again
                 raise LessonError(f"{err}: {self._what_to_do(name)}") from None
             _hook("read", mine_p)
             found = self.base_of(name, mine)
