@@ -2,7 +2,6 @@
 
 import os
 import sys
-import tempfile
 
 # Quiet TensorFlow's start-up chatter (C++ INFO and WARNING lines) in notebooks and their workers;
 # errors still show. Set TF_CPP_MIN_LOG_LEVEL=0 before importing utils to see everything.
@@ -28,6 +27,8 @@ TF_STARTUP_NOISE = (
 
 def _import_tensorflow_quietly() -> None:
     """Import TensorFlow with its start-up lines hidden; any other line it prints (an error) still shows."""
+    import tempfile  # here, not above: a command of the course (python -m utils.workspace) starts sooner
+
     with tempfile.TemporaryFile() as captured:
         sys.stderr.flush()
         saved = os.dup(2)
