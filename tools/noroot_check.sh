@@ -15,7 +15,8 @@
 #   6. the clone removed, and every process the check started as the user stopped.
 # NOROOT_LESSONS (default "03 04 07") names the lessons; NOROOT_KEEP=1 keeps the clone (to read the executed copies).
 # NOROOT_LESSONS_AFTER=FILE (with NOROOT_WAIT_PID, CI's process) holds the lessons until FILE has make test's exit
-# status: CI sets the user up while make test runs.
+# status, and stops the check at once if that is not 0 or CI's process has ended: CI sets the user up while make
+# test runs.
 # NOROOT_CACHED_ONLY=1 (CI sets it) compiles neither Horovod nor SimGrid: where the user's caches lack either build
 # (a new machine, or a changed build recipe), the check says so in one line and stops with status 0, since the two
 # compiles would run past CI's time; one `make noroot-check` on that machine fills the caches.
@@ -47,6 +48,28 @@ cleanup() {
   if [ -n "${NOROOT_KEEP:-}" ]; then say "kept $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
+# Where CI started this check beside make test (NOROOT_LESSONS_AFTER=FILE, which CI writes make test's exit status
+# into when it ends; NOROOT_WAIT_PID, CI's own process), a watcher stops it as soon as make test has failed or CI
+# has ended, whatever step it is at: nothing it started outlives the run.
+if [ -n "${NOROOT_LESSONS_AFTER:-}" ]; then
+  [ -n "${NOROOT_WAIT_PID:-}" ] || die "NOROOT_LESSONS_AFTER needs NOROOT_WAIT_PID, the process that writes it"
+  check_pid=$$
+  (
+    while kill -0 "$check_pid" 2>/dev/null; do
+      if ! kill -0 "$NOROOT_WAIT_PID" 2>/dev/null; then
+        say "the run that started this check (process $NOROOT_WAIT_PID) has ended: stopping" >&2
+        kill -TERM "$check_pid"
+        exit 0
+      fi
+      if [ -s "$NOROOT_LESSONS_AFTER" ] && [ "$(cat "$NOROOT_LESSONS_AFTER")" != 0 ]; then
+        say "make test failed (exit status $(cat "$NOROOT_LESSONS_AFTER")): stopping; no lesson is run as $user" >&2
+        kill -TERM "$check_pid"
+        exit 0
+      fi
+      sleep 2
+    done
+  ) &
+fi
 runuser -u "$user" -- mkdir -m 700 "$work" "$work/tmp"
 
 # 2. a PATH without apt-get and the system's MPI and SimGrid
@@ -133,25 +156,19 @@ for n in $lessons; do
   [ -f "${found[0]}" ] || die "no lesson $n in notebooks/"
   paths+=("notebooks/$(basename "${found[0]}")")
 done
-# Where CI started this check beside make test (NOROOT_LESSONS_AFTER: the file CI writes make test's exit status
-# into when it ends; NOROOT_WAIT_PID: CI's process), the lessons wait for it: they run as make test's do, and their
-# skipped sections are compared with its executed copies.
+# Started beside make test (NOROOT_LESSONS_AFTER), the lessons wait for it to pass: they run as its lessons do, and
+# their skipped sections are compared with its executed copies (the watcher above stops the check if it fails).
 if [ -n "${NOROOT_LESSONS_AFTER:-}" ]; then
   say "set up; the lessons wait for make test to end"
   waited=$(date +%s)
-  until [ -s "$NOROOT_LESSONS_AFTER" ]; do
-    if [ -n "${NOROOT_WAIT_PID:-}" ] && ! kill -0 "$NOROOT_WAIT_PID" 2>/dev/null; then
-      die "the run that started this check (process $NOROOT_WAIT_PID) ended without writing $NOROOT_LESSONS_AFTER"
-    fi
-    sleep 2
-  done
+  until [ -s "$NOROOT_LESSONS_AFTER" ]; do sleep 2; done
   read -r test_status < "$NOROOT_LESSONS_AFTER"
-  [ "$test_status" = 0 ] || die "make test failed (exit status $test_status): the lessons were not run as $user"
-  say "make test ended $(( $(date +%s) - waited )) s later; the lessons start"
+  [ "$test_status" = 0 ] || die "make test failed (exit status $test_status): no lesson is run as $user"
+  say "make test passed $(( $(date +%s) - waited )) s later; the lessons start"
 fi
-# As make test runs them, in the other order: the lessons that do not measure (two at a time) first, then those that
-# measure in smoke mode (marked `alone`), one at a time, when the checks CI runs beside this one have ended
-# (pytest exits 5 where a group is empty).
+# As make test runs them, in the other order: the lessons that do not measure, two at a time, first; then those that
+# measure in smoke mode (marked `alone`), one at a time, by when the checks CI runs beside this one have mostly
+# ended (pytest exits 5 where a group is empty).
 rc=0
 nbmake=("${AS[@]}" env COURSE_SMOKE=1 JUPYTER_PATH="$work/course/.venv/share/jupyter" TF_CPP_MIN_LOG_LEVEL=2
   PYTHONDONTWRITEBYTECODE=1 .venv/bin/python -m pytest --nbmake "${paths[@]}" -p utils.nbmake_plugin
