@@ -196,7 +196,7 @@ def test_W14_an_autosave_between_syncs_read_and_its_write_is_merged(ws, monkeypa
     no_leftovers(ws)
 
 
-def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws):
+def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws, monkeypatch):
     """Where the copy was away when Jupyter's server looked (a sync had moved it aside), the server writes a new file
     with no `.~` copy beside it: a sync that finds it half-written waits for the save, and merges it."""
     edited_and_changed(ws)
@@ -204,15 +204,31 @@ def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws):
     nb = read(mine)
     nb["cells"].append({"cell_type": "markdown", "id": "typed1", "metadata": {}, "source": "TYPED INTO A NEW FILE"})
     mine.write_bytes(b"")  # the server has made the file: nothing written into it yet
+    parsed, read_empty, failed = [], threading.Event(), []
+
+    def parse(raw: bytes, where: Path) -> dict:
+        if where == mine:
+            parsed.append(raw)
+            if not raw:
+                read_empty.set()  # sync has read the file half-written: the server now finishes its save
+        return real_parse(raw, where)
 
     def finish_the_save() -> None:
-        time.sleep(0.1)
-        write(mine, nb)
+        try:
+            assert read_empty.wait(30), "sync never read the empty file"
+            write(mine, nb)
+        except BaseException as err:  # raised again below, in the test's own thread
+            failed.append(err)
 
+    real_parse = workspace.parse
+    monkeypatch.setattr(workspace, "parse", parse)
     t = threading.Thread(target=finish_the_save)
     t.start()
     changes = ws.sync()
     t.join()
+    if failed:
+        raise failed[0]
+    assert parsed[0] == b"" and len(parsed) >= 2  # read half-written, then again once written
     assert changes[0].action == "merged", changes[0]
     assert "TYPED INTO A NEW FILE" in all_text(mine) and src(read(mine), "c1") == MINE and notes(mine) == 1
     no_leftovers(ws)
@@ -510,6 +526,7 @@ def test_W10_W27_syncs_killed_or_interrupted_at_random_instants(tmp_path, trial,
     are drawn between the interpreter's start-up and the end of a whole sync, both measured here first, with the
     command run as `make lab` runs it (its modules compiled once, by the first of these runs)."""
     rng = random.Random(10)
+    seconds([sys.executable, "-c", "import utils.workspace"])  # compiles the modules where they are not yet
     startup = seconds([sys.executable, "-c", "import utils.workspace"])
     w = big_workspace(tmp_path / "calibrate")
     whole = seconds([sys.executable, "-m", "utils.workspace", "--root", str(w.root), "--course", str(w.course), "sync"])

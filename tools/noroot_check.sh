@@ -40,6 +40,9 @@ if ! id "$user" >/dev/null 2>&1; then
 fi
 home="$(getent passwd "$user" | cut -d: -f6)"
 mark="noroot-$$-$(date +%s)"
+# Every process the check starts carries the mark (its user's, and its own: the watcher below, git, runuser), so that
+# its clean-up stops all of them, and nothing that is not the check's
+export COURSE_TEST_SESSION="$mark"
 work="$home/$mark"
 # shellcheck disable=SC2317,SC2329  # called by the trap
 cleanup() {
@@ -161,7 +164,10 @@ done
 if [ -n "${NOROOT_LESSONS_AFTER:-}" ]; then
   say "set up; the lessons wait for make test to end"
   waited=$(date +%s)
-  until [ -s "$NOROOT_LESSONS_AFTER" ]; do sleep 2; done
+  until [ -s "$NOROOT_LESSONS_AFTER" ]; do
+    kill -0 "$NOROOT_WAIT_PID" 2>/dev/null || die "the run that started this check (process $NOROOT_WAIT_PID) has ended"
+    sleep 2
+  done
   read -r test_status < "$NOROOT_LESSONS_AFTER"
   [ "$test_status" = 0 ] || die "make test failed (exit status $test_status): no lesson is run as $user"
   say "make test passed $(( $(date +%s) - waited )) s later; the lessons start"
