@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,37 @@ def notebook(cells: list[tuple[str, str]], kind: str = "code") -> dict:
     }
 
 
+def as_saved(nb: dict) -> str:
+    """A notebook's text as JupyterLab's server saves it: indent 1, sorted keys."""
+    return json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+
+
 def write(path: Path, nb: dict) -> None:
     """As JupyterLab's server saves a notebook: in place, indent 1, sorted keys."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(as_saved(nb), encoding="utf-8")
+
+
+def beside(work: Callable[[], None]) -> Callable[[], None]:
+    """Starts `work` in a thread (a save from JupyterLab during a sync); the function returned waits for it and
+    raises here whatever it raised there (pytest only warns about a thread's exception)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as err:
+            failed.append(err)
+
+    t = threading.Thread(target=run)
+    t.start()
+
+    def join() -> None:
+        t.join()
+        if failed:
+            raise failed[0]
+
+    return join
 
 
 def read(path: Path) -> dict:
@@ -151,7 +179,7 @@ def jupyter_save_in_place(path: Path, nb: dict) -> None:
     That second save is made here at once, so that a save Jupyter reports as failed is never counted as lost."""
     from jupyter_server.services.contents.fileio import atomic_writing
 
-    text = json.dumps(nb, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    text = as_saved(nb)
     for _ in range(50):
         try:
             with atomic_writing(str(path)) as f:
@@ -204,7 +232,7 @@ def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws, monkeypatc
     nb = read(mine)
     nb["cells"].append({"cell_type": "markdown", "id": "typed1", "metadata": {}, "source": "TYPED INTO A NEW FILE"})
     mine.write_bytes(b"")  # the server has made the file: nothing written into it yet
-    parsed, read_empty, failed = [], threading.Event(), []
+    parsed, read_empty = [], threading.Event()
 
     def parse(raw: bytes, where: Path) -> dict:
         if where == mine:
@@ -214,20 +242,14 @@ def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws, monkeypatc
         return real_parse(raw, where)
 
     def finish_the_save() -> None:
-        try:
-            assert read_empty.wait(30), "sync never read the empty file"
-            write(mine, nb)
-        except BaseException as err:  # raised again below, in the test's own thread
-            failed.append(err)
+        assert read_empty.wait(30), "sync never read the empty file"
+        write(mine, nb)
 
     real_parse = workspace.parse
     monkeypatch.setattr(workspace, "parse", parse)
-    t = threading.Thread(target=finish_the_save)
-    t.start()
+    join = beside(finish_the_save)
     changes = ws.sync()
-    t.join()
-    if failed:
-        raise failed[0]
+    join()
     assert parsed[0] == b"" and len(parsed) >= 2  # read half-written, then again once written
     assert changes[0].action == "merged", changes[0]
     assert "TYPED INTO A NEW FILE" in all_text(mine) and src(read(mine), "c1") == MINE and notes(mine) == 1
@@ -302,21 +324,13 @@ def test_W14_autosaves_at_random_instants_are_never_lost(tmp_path):
         nb = read(target)  # the notebook open in JupyterLab: the learner types a cell into it during the sync
         nb["cells"].append({"cell_type": "markdown", "id": "typed1", "metadata": {}, "source": text})
 
-        failed: list[BaseException] = []
-
-        def save_later(delay=delay, target=target, nb=nb, failed=failed):
+        def save_later(delay=delay, target=target, nb=nb):
             time.sleep(delay)
-            try:
-                jupyter_save_in_place(target, nb)
-            except BaseException as err:  # raised again below, in the test's own thread
-                failed.append(err)
+            jupyter_save_in_place(target, nb)
 
-        t = threading.Thread(target=save_later)
-        t.start()
+        join = beside(save_later)
         w.sync()
-        t.join()
-        if failed:
-            raise failed[0]
+        join()
         assert everywhere(w, text, target.name), f"trial {trial}: the save was lost"
         w.sync()
         for name in LESSONS:
