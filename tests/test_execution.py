@@ -141,12 +141,20 @@ def test_make_tests_stage_runs_the_measuring_lessons_alone_then_two_at_a_time_th
     times = src.parent / "times"
     times.mkdir()
     record = (
-        "import pathlib, time\nstart = time.time()\ntime.sleep(3)\n"
+        "import pathlib, time\nstart = time.time()\n{wait}time.sleep(3)\n"
         "pathlib.Path('{t}', '{name}').write_text(f'{{start}} {{time.time()}}')"
     )
+    # The two that may overlap each wait (a minute at most) for the other to have started: their kernels can start
+    # seconds apart on a busy machine. Run one after the other, the first waits in vain and they do not overlap.
+    meet = (
+        "pathlib.Path('{t}', '{name}.started').touch()\n"
+        "while not pathlib.Path('{t}', '{other}.started').exists() and time.time() < start + 60:\n"
+        "    time.sleep(0.1)\n"
+    )
     # named as a lesson that measures (execution.MEASURING), and three that do not
-    for name in ("03_allreduce_cost.ipynb", "05_a.ipynb", "06_b.ipynb"):
-        write(src, name, new_code_cell(record.format(t=times, name=name)))
+    for name, other in (("03_allreduce_cost.ipynb", None), ("05_a.ipynb", "06_b.ipynb"), ("06_b.ipynb", "05_a.ipynb")):
+        wait = meet.format(t=times, name=name, other=other) if other else ""
+        write(src, name, new_code_cell(record.format(t=times, name=name, wait=wait)))
     write(src, "07_c.ipynb", new_code_cell("x = 1"), new_code_cell("raise ValueError('no data')"))
     env = {**os.environ, "NOTEBOOK_DIR": str(src), "COURSE_EXECUTED": str(out), "NOTEBOOK_JOBS": "2"}
     done = subprocess.run(
@@ -155,7 +163,7 @@ def test_make_tests_stage_runs_the_measuring_lessons_alone_then_two_at_a_time_th
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAILED" in done.stdout and "07_c.ipynb" in done.stdout and "ValueError: no data" in done.stdout
     assert "raise ValueError('no data')" in done.stdout  # nbmake shows the failing cell
-    spans = {p.name: tuple(map(float, p.read_text().split())) for p in times.iterdir()}
+    spans = {p.name: tuple(map(float, p.read_text().split())) for p in times.glob("*.ipynb")}
     overlap = lambda a, b: spans[a][0] < spans[b][1] and spans[b][0] < spans[a][1]
     assert overlap("05_a.ipynb", "06_b.ipynb"), "the two lessons that do not measure ran one after the other"
     assert not overlap("03_allreduce_cost.ipynb", "05_a.ipynb") and not overlap("03_allreduce_cost.ipynb", "06_b.ipynb")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,18 +12,16 @@ from pathlib import Path
 
 from jupyter_client import BlockingKernelClient, KernelManager
 
+from utils import launch
+
 PREFIX = Path(sys.prefix)
 #: The file tools/setup_env.sh writes. jupyter_server reads every setting of jupyter_server_config.json (in each
 #: config folder); of the files in jupyter_server_config.d/ it reads only ServerApp.jpserver_extensions.
 CONFIG = PREFIX / "etc" / "jupyter" / "jupyter_server_config.json"
 WARNING = "Kernel is running over TCP without encryption"
 TOKEN = "kernel-transport-test"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+#: Seconds a heartbeat may go unanswered before the test's client calls the kernel dead.
+HEARTBEAT_S = 15.0
 
 
 def _api(port: int, path: str, method: str = "GET", body: dict | None = None) -> dict | None:
@@ -43,7 +40,7 @@ def _api(port: int, path: str, method: str = "GET", body: dict | None = None) ->
 def _lab_kernel(tmp_path: Path) -> tuple[dict, str]:
     """Start JupyterLab as `make lab` does, start a python3 kernel through its API and run one line in it;
     return the kernel's connection file (as a dict) and everything the server and kernel wrote."""
-    port, runtime, log = _free_port(), tmp_path / "runtime", tmp_path / "lab.log"
+    port, runtime, log = launch.free_ports(1)[0], tmp_path / "runtime", tmp_path / "lab.log"
     env = os.environ | {"JUPYTER_PATH": str(PREFIX / "share" / "jupyter"), "JUPYTER_RUNTIME_DIR": str(runtime)}
     argv = [str(PREFIX / "bin" / "jupyter"), "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1"]
     argv += [f"--IdentityProvider.token={TOKEN}", f"--notebook-dir={tmp_path}", "--ServerApp.port_retries=0"]
@@ -64,11 +61,16 @@ def _lab_kernel(tmp_path: Path) -> tuple[dict, str]:
         connection = json.loads((runtime / f"kernel-{kernel['id']}.json").read_text())
         client = BlockingKernelClient()
         client.load_connection_info(connection)
+        # A client that did not start its kernel judges it alive by its heartbeat, and by default calls it dead
+        # after one ping left unanswered for 1 s: on a busy 2-core machine a live kernel can take longer.
+        client.hb_channel.time_to_dead = HEARTBEAT_S
         client.start_channels()
         try:
             client.wait_for_ready(timeout=120)
             reply = client.execute_interactive("6 * 7", timeout=60)
             assert reply["content"]["status"] == "ok"
+        except RuntimeError as error:  # "Kernel died before replying": what the server and kernel wrote says why
+            raise AssertionError(f"{error}\n{log.read_text()}") from error
         finally:
             client.stop_channels()
         _api(port, f"/api/kernels/{kernel['id']}", "DELETE")

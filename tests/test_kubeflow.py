@@ -284,7 +284,9 @@ def test_on_loopback_a_claim_without_a_volume_is_a_folder_both_pods_share_for_th
 # ---- the played operator: restartPolicy ExitCode and runPolicy.backoffLimit (no TensorFlow: plain programs) -----
 
 # A pod's program that fails once (with `how`), then runs again for `then` seconds and succeeds; argv[1] is a folder
-# that remembers, per TF_CONFIG task, that the first run happened.
+# that remembers, per TF_CONFIG task, that the first run happened. With argv[4] = n, a second run waits (a minute at
+# most) until n tasks have made their first run before its `then` seconds: the played pods start seconds apart on a
+# busy machine, and one pod's second run must not end before the other has failed once.
 ONCE = """
 import json, os, pathlib, signal, sys, time
 task = json.loads(os.environ.get("TF_CONFIG", '{"task": {"index": 0}}'))["task"]["index"]
@@ -292,6 +294,9 @@ mark = pathlib.Path(sys.argv[1]) / f"ran-{task}"
 if not mark.exists():
     mark.touch()
     os.kill(os.getpid(), signal.SIGKILL) if sys.argv[2] == "kill" else sys.exit(int(sys.argv[2]))
+deadline = time.monotonic() + 60
+while len(list(mark.parent.glob("ran-*"))) < int(sys.argv[4] if len(sys.argv) > 4 else 1) and time.monotonic() < deadline:
+    time.sleep(0.05)
 time.sleep(float(sys.argv[3]))
 """
 
@@ -339,7 +344,7 @@ def test_backoff_limit_counts_the_restarts_of_every_pod_of_the_job(tmp_path):
     (PastBackoffLimit: restartCount summed over the job's running pods, >= the limit): the job fails, and
     cleanPodPolicy Running deletes its running pods."""
     job = _plain_tfjob(
-        "cross", ONCE, [tmp_path, 3, 4], workers=2, run_policy={"backoffLimit": 2, "cleanPodPolicy": "Running"}
+        "cross", ONCE, [tmp_path, 3, 4, 2], workers=2, run_policy={"backoffLimit": 2, "cleanPodPolicy": "Running"}
     )
     message = "Job cross has failed because it has reached the specified backoff limit"
     with pytest.raises(launch.WorkerError, match=re.escape(message)) as e:
@@ -375,7 +380,7 @@ sys.exit(3)
 def test_backoff_limit_with_clean_pod_policy_none_fails_the_job_and_leaves_its_pods(tmp_path):
     """The same job with cleanPodPolicy None (the TFJob's default): Failed all the same, but the operator deletes
     nothing (DeletePodsAndServices), so the kubelet restarts the containers and they finish."""
-    job = _plain_tfjob("cross", ONCE, [tmp_path, 3, 2], workers=2, run_policy={"backoffLimit": 2})
+    job = _plain_tfjob("cross", ONCE, [tmp_path, 3, 4, 2], workers=2, run_policy={"backoffLimit": 2})
     run = _loopback(kf.tf_pods(job))
     assert run.exit_codes == {"cross-worker-0": [3, 0], "cross-worker-1": [3, 0]}, run.output
     assert run.job_failed["message"] == "Job cross has failed because it has reached the specified backoff limit"

@@ -36,8 +36,10 @@ def _orphan_busy_loop(seconds: float) -> int:
 
 def test_the_watch_counts_a_busy_program_outside_this_process_and_not_its_own_children():
     """Both run at once: the orphan's CPU time is counted, the child's is not (other load may add to the total)."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; t = time.time() + 3\nwhile time.time() < t: pass"])
-    pid = _orphan_busy_loop(3)
+    # 6 s, not less: the watch samples every 0.5 s and misses up to that at each end, a larger share of a shorter
+    # loop, and more so when other tests slow the scans down
+    child = subprocess.Popen([sys.executable, "-c", "import time; t = time.time() + 6\nwhile time.time() < t: pass"])
+    pid = _orphan_busy_loop(6)
     orphan = psutil.Process(pid)
     try:
         before = sum(orphan.cpu_times()[:2])

@@ -185,6 +185,7 @@ def _open_the_page(ui) -> None:
         browser = pw.chromium.launch(executable_path=check_site.chromium(), args=check_site.CHROMIUM_FLAGS, env=env)
         try:
             page = browser.new_page()
+            page.set_default_timeout(90_000)  # MLflow's UI is megabytes of JavaScript: 30 s is short on a busy machine
             page.goto(ui.url + "#/experiments")  # the page polls the server: "networkidle" never comes
             page.get_by_text("Model training").first.click(timeout=60_000)  # MLflow 3's page opens on GenAI
             page.get_by_text("ui check").first.click(timeout=60_000)

@@ -562,6 +562,9 @@ def check(copies: dict[str, Path], root: Path = REPO_ROOT, out: Path = OUT) -> t
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
                 context = browser.new_context(viewport=VIEWPORT)
+                # JupyterLab's first load is megabytes of JavaScript: Playwright's default 30 s is short for it on a
+                # busy 2-core machine (CI runs this beside other checks)
+                context.set_default_timeout(90_000)
                 context.route("**/*", functools.partial(keep_local, outside))
                 for name, copy in copies.items():
                     page = context.new_page()

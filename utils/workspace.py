@@ -468,7 +468,7 @@ class Workspace:
             time.sleep(0.02)
 
     @staticmethod
-    def _being_written(path: Path, read: bytes, wait_s: float = 0.3) -> bool:
+    def _being_written(path: Path, read: bytes, wait_s: float = 1.0) -> bool:
         """True where `path` no longer holds `read` within `wait_s`: a save is writing it. Jupyter's server copies a
         notebook to `.~name` before it writes it in place (`_settle` waits on that copy), but where the file was
         away at that instant (a sync had moved it aside) it writes a new one, with no copy to wait on."""
