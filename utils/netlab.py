@@ -638,7 +638,7 @@ class Lab:
             raise LabError(f"could not show {source} at {target} on {self.names[index]}: {done.stderr.strip()}")
 
     # -- ssh between hosts, and mpirun -------------------------------------------------------------------------
-    def start_sshd(self, envs: Sequence[dict[str, str]] | None = None, timeout: float = 20) -> Path:
+    def start_sshd(self, envs: Sequence[dict[str, str]] | None = None, timeout: float = 60) -> Path:
         """Start an sshd on port 22 of every host, as SageMaker's MPI driver does on every instance: each host with
         a host key of its own, every host accepting one client key made for this lab (keys, configs and logs in
         the lab's folder, gone with it). `envs[i]`: variables every ssh session on host i gets (the driver writes
