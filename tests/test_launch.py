@@ -264,14 +264,28 @@ FIRST_FAILS = """
         select.select([os.pidfd_open(int(open(pid_file).read()))], [], [], 60)  # until the peer has ended
     except ProcessLookupError:
         pass  # it has ended already
-    time.sleep(0.5)  # a peer notices the lost connection a little later (on a busy machine, its waiter too)
+    # A peer notices the lost connection a little later. The launcher's waiter threads note each exit's time; the gap
+    # must be longer than the delay with which a busy machine wakes them.
+    time.sleep(0.5)
     print("lost my peer", flush=True)
     sys.exit(1)
 """
 
 
 @pytest.mark.parametrize("first", [1, 0])
-def test_the_worker_that_failed_first_is_named_not_the_lowest_rank(tmp_path, first, no_leftovers):
+def test_the_worker_that_failed_first_is_named_not_the_lowest_rank(tmp_path, first, no_leftovers, monkeypatch):
+    # The launcher looks only once both workers have ended, so that the order of their exits, not which one it saw
+    # first, is what names the first failure (with 0.5 s between them, it would otherwise see the first alone).
+    real_look = launch._Watch.look
+
+    def look(self, force=False):
+        if any(w.exit for w in self.workers):
+            deadline = time.monotonic() + 30
+            while any(w.exit is None for w in self.workers) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return real_look(self, force)
+
+    monkeypatch.setattr(launch._Watch, "look", look)
     with pytest.raises(launch.WorkerError) as err:
         launch.launch_tf_workers(
             script(tmp_path, "first.py", FIRST_FAILS), 2, args=[first, tmp_path / "pid"], timeout=60, stream=False

@@ -228,7 +228,8 @@ def test_W14_an_autosave_between_syncs_read_and_its_write_is_merged(ws, monkeypa
 
 def test_W14_a_save_that_makes_the_file_anew_is_read_once_written(ws, monkeypatch):
     """Where the copy was away when Jupyter's server looked (a sync had moved it aside), the server writes a new file
-    with no `.~` copy beside it: a sync that finds it half-written waits for the save, and merges it."""
+    with no `.~` copy beside it: a sync that finds it half-written reads it again once the save has written it, and
+    merges it. (The save is written during that first read, so this does not time how long sync waits for it.)"""
     edited_and_changed(ws)
     mine = ws.root / "01_one.ipynb"
     nb = read(mine)
