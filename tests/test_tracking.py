@@ -196,6 +196,44 @@ def _open_the_page(ui) -> None:
             browser.close()
 
 
+LOCKED_BY_ITSELF = """
+import argparse, os, signal, sqlite3, sys
+from utils import tracking
+run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind="single")
+db = sqlite3.connect(sys.argv[1], timeout=0)
+try:
+    db.execute("BEGIN IMMEDIATE")  # this process's own write holds the store's lock, as log_metrics does mid-write
+    print("holding the lock", flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, with the lock held
+    sum(range(1000))
+finally:
+    db.rollback()
+    db.close()
+print("not reached", flush=True)
+"""
+
+
+def test_sigterm_during_the_processs_own_write_ends_the_run_failed_after_that_write(tmp_path):
+    """The signal lands while the process's own write holds the store's lock (SIGTERM during an epoch's metrics): the
+    handler cannot write the end, so it unwinds that write and the run is ended after it (MLflow waits 20 s for a
+    lock first)."""
+    store = tmp_path / "mlflow.db"
+    out = subprocess.run(
+        [sys.executable, "-c", LOCKED_BY_ITSELF, str(store)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **tracking.environment("locked", store)},
+        cwd=paths.REPO_ROOT,
+    )
+    assert out.returncode == -signal.SIGTERM, out.stdout + out.stderr
+    assert "holding the lock" in out.stdout and "not reached" not in out.stdout, out.stdout
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
+
+
 def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):
     """SIGTERM is what StopTrainingJob, a spot reclaim and the course's launcher send first: the run ends FAILED
     before the process does, with no reader needed."""

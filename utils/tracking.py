@@ -341,15 +341,22 @@ class Run:
         caller can unwind that write and end the run again."""
         if not self.active:
             return True
+        status = "FINISHED" if ok else "FAILED"
         try:
-            self.mlflow.end_run("FINISHED" if ok else "FAILED")
+            # By the run's id, not mlflow.end_run: that drops the run from MLflow's list of active runs before it
+            # writes, so where the write failed, a second try ended nothing and the run stayed RUNNING.
+            self.mlflow.MlflowClient().set_terminated(self.run_id, status)
         except Exception as err:
             if retry_if_locked and "database is locked" in str(err):
                 return False
             self.active = False
             print(f"TRACKING: the run's end was not recorded: {self._why(err)}", flush=True)
+            with contextlib.suppress(Exception):
+                self.mlflow.end_run(status)  # one more try, and off MLflow's list: its exit hook would say FINISHED
             return False
         self.active = False
+        with contextlib.suppress(Exception):  # the status is recorded; this takes the run off MLflow's active list
+            self.mlflow.end_run(status)
         return True
 
     def _why(self, err: Exception, where: str = "") -> str:
