@@ -280,9 +280,7 @@ def test_the_worker_that_failed_first_is_named_not_the_lowest_rank(tmp_path, fir
 
     def look(self, force=False):
         if any(w.exit for w in self.workers):
-            deadline = time.monotonic() + 30
-            while any(w.exit is None for w in self.workers) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            until(lambda: any(w.exit is None for w in self.workers), timeout=30)
         return real_look(self, force)
 
     monkeypatch.setattr(launch._Watch, "look", look)
