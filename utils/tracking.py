@@ -28,6 +28,7 @@ import re
 import shlex
 import socket
 import sys
+import threading
 from pathlib import Path
 
 from utils import paths
@@ -289,6 +290,8 @@ class Run:
 
     def __init__(self, params: dict, *, world_size: int, logs: bool, kind: str):
         self.active, self.mlflow, self.run_id, self.store = False, None, None, None
+        self.stopped = False  # set by a SIGTERM: the run ends FAILED whatever the script says after it
+        self._ending = threading.Lock()
         uri = os.environ.get(URI_ENV, "")
         if not uri or not logs:
             return
@@ -335,29 +338,25 @@ class Run:
             print(f"TRACKING off after epoch {epoch}: {self._why(err)}; training goes on", flush=True)
             self.active = False
 
-    def end(self, ok: bool, retry_if_locked: bool = False) -> bool:
-        """Mark the run FINISHED or FAILED; False where it was not recorded. With `retry_if_locked`, a store locked
-        by a write of this same process (one a signal interrupted) leaves the run open and says nothing, so that the
-        caller can unwind that write and end the run again."""
-        if not self.active:
-            return True
-        status = "FINISHED" if ok else "FAILED"
-        try:
-            # By the run's id, not mlflow.end_run: that drops the run from MLflow's list of active runs before it
-            # writes, so where the write failed, a second try ended nothing and the run stayed RUNNING.
-            self.mlflow.MlflowClient().set_terminated(self.run_id, status)
-        except Exception as err:
-            if retry_if_locked and "database is locked" in str(err):
-                return False
+    def end(self, ok: bool) -> bool:
+        """Mark the run FINISHED or FAILED (FAILED once a SIGTERM came); False where it was not recorded."""
+        with self._ending:  # the script's own end and a SIGTERM's, from its thread: one of them, once
+            if not self.active:
+                return True
+            status = "FINISHED" if ok and not self.stopped else "FAILED"
             self.active = False
-            print(f"TRACKING: the run's end was not recorded: {self._why(err)}", flush=True)
-            with contextlib.suppress(Exception):
-                self.mlflow.end_run(status)  # one more try, and off MLflow's list: its exit hook would say FINISHED
-            return False
-        self.active = False
-        with contextlib.suppress(Exception):  # the status is recorded; this takes the run off MLflow's active list
-            self.mlflow.end_run(status)
-        return True
+            try:
+                # By the run's id, not mlflow.end_run: that drops the run from MLflow's list of active runs before
+                # it writes, so where the write failed, nothing was left for a second try to end.
+                self.mlflow.MlflowClient().set_terminated(self.run_id, status)
+            except Exception as err:
+                print(f"TRACKING: the run's end was not recorded: {self._why(err)}", flush=True)
+                with contextlib.suppress(Exception):
+                    self.mlflow.end_run(status)  # one more try, and off MLflow's list: its exit hook says FINISHED
+                return False
+            with contextlib.suppress(Exception):  # recorded; this takes the run off MLflow's active list
+                self.mlflow.end_run(status)
+            return True
 
     def _why(self, err: Exception, where: str = "") -> str:
         """An error of the store in words: a damaged store's one line, else the error as MLflow raised it."""
@@ -376,14 +375,6 @@ def keras_callback(run: Run):
     return Track()
 
 
-class _Stopped(BaseException):
-    """Raised by the SIGTERM handler to unwind a write to the store that the signal interrupted."""
-
-    def __init__(self, signum: int):
-        super().__init__(f"stopped by signal {signum}")
-        self.signum = signum
-
-
 def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
     """The run of a training script: its parsed `args` as parameters; ended FAILED if the script raises."""
     run = Run(vars(args), world_size=world_size, logs=logs, kind=kind)
@@ -392,20 +383,24 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
 
         def failed(*exc):
             run.end(ok=False)
-            if isinstance(exc[1], _Stopped):  # the write it interrupted is unwound: now the signal ends the process
-                os.kill(os.getpid(), exc[1].signum)
             previous(*exc)
 
         sys.excepthook = failed
         import signal
 
         def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
+            # The handler runs in the main thread between two of its steps, perhaps in the middle of its own write to
+            # the store, which then holds the store's lock until it commits; or inside a callback that drops any
+            # exception. So it writes nothing and raises nothing: a thread ends the run FAILED (waiting, where it
+            # must, for that write to commit), then lets the signal end the process as it ends any process.
             signal.signal(signum, signal.SIG_DFL)
-            if run.end(ok=False, retry_if_locked=True):
+            run.stopped = True
+
+            def end_then_exit():
+                run.end(ok=False)
                 os.kill(os.getpid(), signum)
-            # The signal came in the middle of this process's own write to the store, which holds its lock: unwind
-            # that write first; the excepthook above then records the end and lets the signal end the process.
-            raise _Stopped(signum)
+
+            threading.Thread(target=end_then_exit, name="tracking-stop").start()  # not a daemon: exit waits for it
 
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             signal.signal(signal.SIGTERM, stopped)
