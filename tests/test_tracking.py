@@ -245,6 +245,32 @@ def test_sigterm_during_the_processs_own_write_ends_the_run_failed_after_that_wr
         assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
 
 
+STOPPED_AS_IT_ENDS = """
+import argparse, os, signal
+from utils import tracking
+run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind="single")
+os.kill(os.getpid(), signal.SIGTERM)
+run.end(ok=True)  # the script's own end, racing the signal's
+"""
+
+
+def test_a_signal_just_before_the_scripts_own_end_still_ends_the_run_failed_and_the_process_by_the_signal(tmp_path):
+    store = tmp_path / "mlflow.db"
+    out = subprocess.run(
+        [sys.executable, "-c", STOPPED_AS_IT_ENDS],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **tracking.environment("ending", store)},
+        cwd=paths.REPO_ROOT,
+    )
+    assert out.returncode == -signal.SIGTERM, out.stdout + out.stderr
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
+
+
 def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):
     """SIGTERM is what StopTrainingJob, a spot reclaim and the course's launcher send first: the run ends FAILED
     before the process does, with no reader needed."""

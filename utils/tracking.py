@@ -386,23 +386,33 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
             previous(*exc)
 
         sys.excepthook = failed
+        import atexit
         import signal
 
+        wake_read, wake_write = os.pipe()
+
+        def end_then_exit():  # waits from the start: a signal handler only writes a byte, a signal-safe step
+            signum = os.read(wake_read, 1)[0]
+            run.end(ok=False)  # waits, where it must, for the main thread's own write to the store to commit
+            os.kill(os.getpid(), signum)
+
         def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
-            # The handler runs in the main thread between two of its steps, perhaps in the middle of its own write to
-            # the store, which then holds the store's lock until it commits; or inside a callback that drops any
-            # exception. So it writes nothing and raises nothing: a thread ends the run FAILED (waiting, where it
-            # must, for that write to commit), then lets the signal end the process as it ends any process.
+            # The handler runs in the main thread between two of its steps: perhaps in the middle of its own write
+            # to the store, which holds the store's lock until it commits, or inside a callback that drops what it
+            # raises (CI saw JAX's garbage-collector callback). So it writes nothing and raises nothing: the thread
+            # above ends the run FAILED, then lets the signal end the process as it ends any process.
             signal.signal(signum, signal.SIG_DFL)
             run.stopped = True
+            os.write(wake_write, bytes([signum]))
 
-            def end_then_exit():
+        def exiting():  # the script ended before that thread could: end as the signal would have ended it
+            if run.stopped:
                 run.end(ok=False)
-                os.kill(os.getpid(), signum)
-
-            threading.Thread(target=end_then_exit, name="tracking-stop").start()  # not a daemon: exit waits for it
+                os.kill(os.getpid(), signal.SIGTERM)
 
         if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            threading.Thread(target=end_then_exit, name="tracking-stop", daemon=True).start()
+            atexit.register(exiting)
             signal.signal(signal.SIGTERM, stopped)
     return run
 
