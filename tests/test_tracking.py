@@ -245,19 +245,20 @@ def test_sigterm_during_the_processs_own_write_ends_the_run_failed_after_that_wr
         assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
 
 
-STOPPED_AS_IT_ENDS = """
-import argparse, os, signal
+ENDS_BEFORE_THE_THREAD = """
+import argparse, os, signal, threading
 from utils import tracking
+threading.Thread.start = lambda self: None  # the thread that ends a stopped run never gets to run
 run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind="single")
 os.kill(os.getpid(), signal.SIGTERM)
-run.end(ok=True)  # the script's own end, racing the signal's
+print("the script ends", flush=True)  # without its own end: MLflow's exit hook would say FINISHED
 """
 
 
-def test_a_signal_just_before_the_scripts_own_end_still_ends_the_run_failed_and_the_process_by_the_signal(tmp_path):
+def test_a_script_that_ends_before_the_stopping_thread_ends_its_run_failed_and_by_the_signal(tmp_path):
     store = tmp_path / "mlflow.db"
     out = subprocess.run(
-        [sys.executable, "-c", STOPPED_AS_IT_ENDS],
+        [sys.executable, "-c", ENDS_BEFORE_THE_THREAD],
         capture_output=True,
         text=True,
         timeout=180,
@@ -269,6 +270,41 @@ def test_a_signal_just_before_the_scripts_own_end_still_ends_the_run_failed_and_
 
     with sqlite3.connect(store) as db:
         assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
+
+
+FORKED = """
+import argparse, os, signal, sys, time
+from utils import tracking
+run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind="single")
+ready_read, ready_write = os.pipe()
+child = os.fork()
+if child == 0:
+    os.write(ready_write, b"1")  # past the fork's own set-up, which drops a signal that came during it
+    time.sleep(60)
+    os._exit(0)
+os.read(ready_read, 1)
+os.kill(child, signal.SIGTERM)
+_, status = os.waitpid(child, 0)
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+run.end(ok=True)
+"""
+
+
+def test_a_forked_child_stopped_by_sigterm_ends_by_it_and_leaves_its_parents_run_alone(tmp_path):
+    store = tmp_path / "mlflow.db"
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **tracking.environment("forked", store)},
+        cwd=paths.REPO_ROOT,
+    )
+    assert out.returncode == 0 and f"child {-signal.SIGTERM}" in out.stdout, out.stdout + out.stderr
+    import sqlite3
+
+    with sqlite3.connect(store) as db:
+        assert [s for (s,) in db.execute("select status from runs")] == ["FINISHED"], out.stdout + out.stderr
 
 
 def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):

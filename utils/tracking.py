@@ -391,10 +391,14 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
 
         wake_read, wake_write = os.pipe()
 
+        owner = os.getpid()
+
         def end_then_exit():  # waits from the start: a signal handler only writes a byte, a signal-safe step
-            signum = os.read(wake_read, 1)[0]
-            run.end(ok=False)  # waits, where it must, for the main thread's own write to the store to commit
-            os.kill(os.getpid(), signum)
+            signum = (os.read(wake_read, 1) or bytes([signal.SIGTERM]))[0]
+            try:
+                run.end(ok=False)  # waits, where it must, for the main thread's own write to the store to commit
+            finally:  # even where the end could not be written, or its message found no reader
+                os.kill(os.getpid(), signum)
 
         def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
             # The handler runs in the main thread between two of its steps: perhaps in the middle of its own write
@@ -402,6 +406,9 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
             # raises (CI saw JAX's garbage-collector callback). So it writes nothing and raises nothing: the thread
             # above ends the run FAILED, then lets the signal end the process as it ends any process.
             signal.signal(signum, signal.SIG_DFL)
+            if os.getpid() != owner:  # a forked child: the run and the thread are its parent's
+                os.kill(os.getpid(), signum)
+                return
             run.stopped = True
             os.write(wake_write, bytes([signum]))
 
