@@ -81,6 +81,22 @@ def test_a_run_killed_mid_way_is_marked_failed_and_the_store_stays_usable(tmp_pa
     assert sorted(tracking.runs(store).status) == ["FAILED", "FINISHED"]
 
 
+def _run_tracked(source: str, store, name: str, *args) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `source` as a tracked script with `store` as its MLflow store; its result and the store's statuses."""
+    out = subprocess.run(
+        [sys.executable, "-c", source, *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, **tracking.environment(name, store)},
+        cwd=paths.REPO_ROOT,
+    )
+    import sqlite3
+
+    with sqlite3.connect(store) as db:  # as stored, before any reader could reconcile it
+        return out, [s for (s,) in db.execute("select status from runs")]
+
+
 def test_a_script_that_raises_ends_its_run_failed(tmp_path):
     store = tmp_path / "mlflow.db"
     code = (
@@ -88,16 +104,9 @@ def test_a_script_that_raises_ends_its_run_failed(tmp_path):
         "run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind='single')\n"
         "raise RuntimeError('broken on purpose')\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **tracking.environment("raises", store)},
-        cwd=paths.REPO_ROOT,
-    )
+    out, statuses = _run_tracked(code, store, "raises")
     assert out.returncode == 1 and "broken on purpose" in out.stderr
-    assert list(tracking.runs(store).status) == ["FAILED"]
+    assert statuses == ["FAILED"]
 
 
 def test_the_arn_check_is_the_one_sagemaker_applies_to_a_training_jobs_mlflow_resource():
@@ -228,21 +237,10 @@ def test_sigterm_during_the_processs_own_write_ends_the_run_failed_after_that_wr
     inside a callback that drops what it raises (CI saw it land in JAX's garbage-collector callback): the handler can
     neither write the end nor unwind the write, so the run is ended FAILED once that write is over, and the signal then
     ends the process."""
-    store = tmp_path / "mlflow.db"
-    out = subprocess.run(
-        [sys.executable, "-c", LOCKED_BY_ITSELF, str(store)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **tracking.environment("locked", store)},
-        cwd=paths.REPO_ROOT,
-    )
+    out, statuses = _run_tracked(LOCKED_BY_ITSELF, tmp_path / "mlflow.db", "locked", str(tmp_path / "mlflow.db"))
     assert out.returncode == -signal.SIGTERM, out.stdout + out.stderr
     assert "the write is over" in out.stdout and "not reached" not in out.stdout, out.stdout + out.stderr
-    import sqlite3
-
-    with sqlite3.connect(store) as db:
-        assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
+    assert statuses == ["FAILED"], out.stdout + out.stderr
 
 
 ENDS_BEFORE_THE_THREAD = """
@@ -256,20 +254,9 @@ print("the script ends", flush=True)  # without its own end: MLflow's exit hook 
 
 
 def test_a_script_that_ends_before_the_stopping_thread_ends_its_run_failed_and_by_the_signal(tmp_path):
-    store = tmp_path / "mlflow.db"
-    out = subprocess.run(
-        [sys.executable, "-c", ENDS_BEFORE_THE_THREAD],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **tracking.environment("ending", store)},
-        cwd=paths.REPO_ROOT,
-    )
+    out, statuses = _run_tracked(ENDS_BEFORE_THE_THREAD, tmp_path / "mlflow.db", "ending")
     assert out.returncode == -signal.SIGTERM, out.stdout + out.stderr
-    import sqlite3
-
-    with sqlite3.connect(store) as db:
-        assert [s for (s,) in db.execute("select status from runs")] == ["FAILED"], out.stdout + out.stderr
+    assert statuses == ["FAILED"], out.stdout + out.stderr
 
 
 FORKED = """
@@ -291,20 +278,9 @@ run.end(ok=True)
 
 
 def test_a_forked_child_stopped_by_sigterm_ends_by_it_and_leaves_its_parents_run_alone(tmp_path):
-    store = tmp_path / "mlflow.db"
-    out = subprocess.run(
-        [sys.executable, "-c", FORKED],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, **tracking.environment("forked", store)},
-        cwd=paths.REPO_ROOT,
-    )
+    out, statuses = _run_tracked(FORKED, tmp_path / "mlflow.db", "forked")
     assert out.returncode == 0 and f"child {-signal.SIGTERM}" in out.stdout, out.stdout + out.stderr
-    import sqlite3
-
-    with sqlite3.connect(store) as db:
-        assert [s for (s,) in db.execute("select status from runs")] == ["FINISHED"], out.stdout + out.stderr
+    assert statuses == ["FINISHED"], out.stdout + out.stderr
 
 
 def test_a_run_stopped_with_sigterm_ends_failed_at_once(tmp_path):

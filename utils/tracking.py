@@ -389,16 +389,17 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
         import atexit
         import signal
 
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return run  # the script handles SIGTERM itself
         wake_read, wake_write = os.pipe()
-
         owner = os.getpid()
 
         def end_then_exit():  # waits from the start: a signal handler only writes a byte, a signal-safe step
-            signum = (os.read(wake_read, 1) or bytes([signal.SIGTERM]))[0]
+            os.read(wake_read, 1)
             try:
                 run.end(ok=False)  # waits, where it must, for the main thread's own write to the store to commit
             finally:  # even where the end could not be written, or its message found no reader
-                os.kill(os.getpid(), signum)
+                os.kill(os.getpid(), signal.SIGTERM)
 
         def stopped(signum, frame):  # SIGTERM: a stopped job, a spot reclaim, the course's launcher stopping a run
             # The handler runs in the main thread between two of its steps: perhaps in the middle of its own write
@@ -410,17 +411,16 @@ def start(args, *, world_size: int, logs: bool, kind: str) -> Run:
                 os.kill(os.getpid(), signum)
                 return
             run.stopped = True
-            os.write(wake_write, bytes([signum]))
+            os.write(wake_write, b"!")
 
         def exiting():  # the script ended before that thread could: end as the signal would have ended it
             if run.stopped:
                 run.end(ok=False)
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            threading.Thread(target=end_then_exit, name="tracking-stop", daemon=True).start()
-            atexit.register(exiting)
-            signal.signal(signal.SIGTERM, stopped)
+        threading.Thread(target=end_then_exit, name="tracking-stop", daemon=True).start()
+        atexit.register(exiting)
+        signal.signal(signal.SIGTERM, stopped)
     return run
 
 
