@@ -30,7 +30,7 @@ HANG = """
 import os, sys, time
 import horovod.tensorflow as hvd
 hvd.init()
-extras = [m for m in ("matplotlib", "sklearn") if m in sys.modules]  # what Keras imported beside TF
+extras = [m for m in ("jax", "matplotlib", "sklearn") if m in sys.modules]  # what TF and Keras imported beside TF
 mine = os.path.join(os.environ["HANG"], f"rank-{hvd.rank()}")
 with open(mine + ".part", "w") as f:
     f.write(",".join(extras))

@@ -1,4 +1,5 @@
-"""The ranks the launcher starts import Keras without matplotlib and scikit-learn, and can still import them."""
+"""The ranks the launcher starts import Keras without matplotlib and scikit-learn, and TensorFlow Lite without JAX,
+and can still import all three."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 from utils import launch, rank_imports
 
@@ -14,14 +16,15 @@ PROBE = textwrap.dedent(
     import json, sys
     import numpy as np
     import tensorflow as tf, keras
-    with_keras = sorted(m for m in ("matplotlib", "pandas", "sklearn") if m in sys.modules)
+    with_keras = sorted(m for m in ("jax", "matplotlib", "pandas", "sklearn") if m in sys.modules)
     import pandas as pd
     frame = pd.DataFrame({"a": [1.0] * 8, "b": [2.0] * 8, "c": [3.0] * 8})
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile("sgd", "mse")
     loss = model.fit(frame, np.ones((8, 1)), verbose=0).history["loss"][-1]  # Keras takes a DataFrame
-    import matplotlib.pyplot, sklearn  # the rank's own imports
-    print("RESULT " + json.dumps({"with_keras": with_keras, "loss": float(loss), "sklearn": sklearn.__version__}))
+    import jax, matplotlib.pyplot, sklearn  # the rank's own imports
+    mine = {"sklearn": sklearn.__version__, "jax": jax.__version__}
+    print("RESULT " + json.dumps({"with_keras": with_keras, "loss": float(loss), **mine}))
     """
 )
 
@@ -44,9 +47,9 @@ def test_a_launched_rank_leaves_kerass_extras_out_and_a_rank_with_the_variable_a
     assert len(got) == 2, (lean_rank, full_rank)
     lean_result, full_result = got
     assert lean_result["with_keras"] == ["pandas"], lean_rank  # Keras keeps pandas: fit takes a DataFrame
-    # Keras as installed imports all three: were that no longer so, the hook would have nothing left to do.
-    assert full_result["with_keras"] == ["matplotlib", "pandas", "sklearn"], full_rank
-    assert lean_result["sklearn"] == full_result["sklearn"]  # the rank's own import works
+    # TF and Keras as installed import all four: were that no longer so, the hook would have nothing left to do.
+    assert full_result["with_keras"] == ["jax", "matplotlib", "pandas", "sklearn"], full_rank
+    assert (lean_result["sklearn"], lean_result["jax"]) == (full_result["sklearn"], full_result["jax"])  # its own
     assert all(math.isfinite(r["loss"]) for r in got), got  # Keras trained in both, on a DataFrame
 
 
@@ -63,6 +66,33 @@ def test_the_hook_refuses_only_kerass_own_imports_and_only_the_two_packages(monk
     assert all(finder.find_spec(name) is None for name in ("pandas", "numpy", "scipy"))
     monkeypatch.setattr(rank_imports, "_importer", lambda: "__main__")
     assert finder.find_spec("sklearn") is None  # the rank's own code
+    assert finder.find_spec("jax") is None
+
+
+def test_the_hook_refuses_jax_to_tensorflow_lite_and_to_keras_on_tensorflow_alone(monkeypatch):
+    finder = rank_imports.KerasExtrasLeftOut()
+
+    def refused(importer: str, name: str = "jax", backend: str | None = "tensorflow") -> bool:
+        monkeypatch.setattr(rank_imports, "_importer", lambda: importer)
+        if backend is None:  # Keras's backend not chosen yet
+            monkeypatch.delitem(sys.modules, "keras.src.backend.config", raising=False)
+        else:
+            monkeypatch.setitem(sys.modules, "keras.src.backend.config", SimpleNamespace(backend=lambda: backend))
+        try:
+            assert finder.find_spec(name) is None
+        except ModuleNotFoundError as err:
+            assert err.name == name and rank_imports.VAR in str(err)
+            return True
+        return False
+
+    assert refused("tensorflow.lite.python.util") and refused("tensorflow.lite.python.util", "jax.numpy")
+    assert refused("tensorflow.lite.python.util", backend="jax")  # TF Lite's JAX converter is never a rank's
+    assert refused("keras.src.callbacks.orbax_checkpoint")
+    assert not refused("keras.src.backend.jax.core", backend="jax"), "Keras on JAX needs JAX"
+    assert not refused("keras.src.callbacks.orbax_checkpoint", backend=None), "Keras's backend may yet be JAX"
+    for importer in ("tensorflow.python.ops.math_ops", "tensorflow.litex", "__main__"):
+        assert not refused(importer), importer
+    assert not refused("tensorflow.lite.python.util", "numpy") and not refused("tensorflow.lite.python.util", "sklearn")
 
 
 def test_the_courses_pth_installs_the_hook_at_start_up_only_where_the_variable_asks(tmp_path):

@@ -1,4 +1,4 @@
-"""The ranks the course starts import Keras without two packages it loads for helpers a training rank has no use for.
+"""The ranks the course starts import TensorFlow without three packages it loads for helpers a rank has no use for.
 
 `import tensorflow` imports Keras 3, and Keras imports matplotlib (for `keras.visualization`'s plots) and scikit-learn
 (for the estimators of `keras.wrappers`) whenever they are installed, as they are in this course's environment. The
@@ -13,6 +13,13 @@ launching process's environment keeps Keras whole). pandas, which Keras imports 
 refuse a DataFrame, and the course's forecaster ranks import it anyway.
 `horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with Keras as installed. The hook is
 installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's first line.
+
+JAX is the third (it is in this environment for Keras 3 on JAX): `import tensorflow` imports it twice over, where it
+is installed, for what a rank on TensorFlow never calls. TensorFlow Lite's `util` module imports `jax.jit` for
+`tf.lite`'s JAX converter, and Keras's Orbax checkpoint callback imports JAX for its metrics (both `try: import jax
+except ImportError`). The hook refuses JAX to `tensorflow.lite`'s modules, and to Keras's once Keras's backend is
+TensorFlow (never where Keras runs on JAX, as lesson 05's `train_keras_jax.py` does). That import took 0.76 s of
+`import tensorflow`'s 5.3 s (`python -X importtime`, with the two above left out, 2026-11-30).
 """
 
 from __future__ import annotations
@@ -25,7 +32,16 @@ import sys
 VAR = "COURSE_LEAN_RANKS"
 #: The packages refused to Keras's modules, by their top-level name.
 LEFT_OUT = frozenset({"matplotlib", "sklearn"})
+#: What is refused, by the importing module's package: {package, or its dotted prefix: top-level names refused}.
+#: JAX is refused to Keras only where Keras's backend is not JAX (`_keras_on_jax`).
+REFUSED = {"keras": LEFT_OUT | {"jax"}, "tensorflow.lite": frozenset({"jax"})}
 _MACHINERY = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib")
+
+
+def _keras_on_jax() -> bool:
+    """Whether Keras runs, or may yet run, on JAX: its backend is not chosen yet, or is JAX."""
+    config = sys.modules.get("keras.src.backend.config")
+    return config is None or config.backend() == "jax"
 
 
 def _importer() -> str:
@@ -40,11 +56,19 @@ def _importer() -> str:
 
 
 class KerasExtrasLeftOut(importlib.abc.MetaPathFinder):
-    """Refuses LEFT_OUT's packages when a Keras module imports them; every other import goes on as usual."""
+    """Refuses REFUSED's packages to the modules that import them there (LEFT_OUT to Keras's, and JAX to Keras's
+    on TensorFlow and to TensorFlow Lite's); every other import goes on as usual."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.partition(".")[0] in LEFT_OUT and _importer().partition(".")[0] == "keras":
-            raise ModuleNotFoundError(f"{fullname} is left out of Keras in this rank ({VAR}=1)", name=fullname)
+        top = fullname.partition(".")[0]
+        if not any(top in names for names in REFUSED.values()):  # the usual case: no frame walk
+            return None
+        importer = _importer()
+        for package, names in REFUSED.items():
+            if top not in names or not (importer == package or importer.startswith(package + ".")):
+                continue
+            if not (package == "keras" and top == "jax" and _keras_on_jax()):
+                raise ModuleNotFoundError(f"{fullname} is left out of {package} in this rank ({VAR}=1)", name=fullname)
         return None
 
 
