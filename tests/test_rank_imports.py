@@ -1,5 +1,5 @@
-"""The ranks the launcher starts import Keras without matplotlib and scikit-learn, and TensorFlow Lite without JAX,
-and can still import all three."""
+"""The ranks the launcher starts import TensorFlow and Keras without the packages utils/rank_imports.py lists, and can
+still import them themselves."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ PROBE = textwrap.dedent(
     import json, sys
     import numpy as np
     import tensorflow as tf, keras
-    with_keras = sorted(m for m in ("jax", "matplotlib", "pandas", "sklearn") if m in sys.modules)
+    with_keras = sorted(m for m in ("IPython", "jax", "matplotlib", "pandas", "scipy", "sklearn") if m in sys.modules)
     import pandas as pd
     frame = pd.DataFrame({"a": [1.0] * 8, "b": [2.0] * 8, "c": [3.0] * 8})
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
@@ -47,32 +47,16 @@ def test_a_launched_rank_leaves_kerass_extras_out_and_a_rank_with_the_variable_a
     assert len(got) == 2, (lean_rank, full_rank)
     lean_result, full_result = got
     assert lean_result["with_keras"] == ["pandas"], lean_rank  # Keras keeps pandas: fit takes a DataFrame
-    # TF and Keras as installed import all four: were that no longer so, the hook would have nothing left to do.
-    assert full_result["with_keras"] == ["jax", "matplotlib", "pandas", "sklearn"], full_rank
+    # TF and Keras as installed import all six: were that no longer so, the hook would have that much less to do.
+    assert full_result["with_keras"] == ["IPython", "jax", "matplotlib", "pandas", "scipy", "sklearn"], full_rank
     assert (lean_result["sklearn"], lean_result["jax"]) == (full_result["sklearn"], full_result["jax"])  # its own
     assert all(math.isfinite(r["loss"]) for r in got), got  # Keras trained in both, on a DataFrame
 
 
-def test_the_hook_refuses_only_kerass_own_imports_and_only_the_two_packages(monkeypatch):
-    finder = rank_imports.KerasExtrasLeftOut()
-    monkeypatch.setattr(rank_imports, "_importer", lambda: "keras.src.trainers.data_adapters.array_slicing")
-    for name in ("sklearn", "matplotlib", "matplotlib.pyplot"):
-        try:
-            finder.find_spec(name)
-        except ModuleNotFoundError as err:
-            assert err.name == name and rank_imports.VAR in str(err)
-        else:
-            raise AssertionError(f"{name} imported by Keras was not refused")
-    assert all(finder.find_spec(name) is None for name in ("pandas", "numpy", "scipy"))
-    monkeypatch.setattr(rank_imports, "_importer", lambda: "__main__")
-    assert finder.find_spec("sklearn") is None  # the rank's own code
-    assert finder.find_spec("jax") is None
+def test_the_hook_refuses_each_package_only_to_the_modules_named_for_it(monkeypatch):
+    finder = rank_imports.ExtrasLeftOut()
 
-
-def test_the_hook_refuses_jax_to_tensorflow_lite_and_to_keras_on_tensorflow_alone(monkeypatch):
-    finder = rank_imports.KerasExtrasLeftOut()
-
-    def refused(importer: str, name: str = "jax", backend: str | None = "tensorflow") -> bool:
+    def refused(importer: str, name: str, backend: str | None = "tensorflow") -> bool:
         monkeypatch.setattr(rank_imports, "_importer", lambda: importer)
         if backend is None:  # Keras's backend not chosen yet
             monkeypatch.delitem(sys.modules, "keras.src.backend.config", raising=False)
@@ -85,18 +69,20 @@ def test_the_hook_refuses_jax_to_tensorflow_lite_and_to_keras_on_tensorflow_alon
             return True
         return False
 
-    assert refused("tensorflow.lite.python.util") and refused("tensorflow.lite.python.util", "jax.numpy")
-    assert refused("tensorflow.lite.python.util", backend="jax")  # TF Lite's JAX converter is never a rank's
-    assert refused("keras.src.callbacks.orbax_checkpoint")
-    assert not refused("keras.src.backend.jax.core", backend="jax"), "Keras on JAX needs JAX"
-    assert not refused("keras.src.callbacks.orbax_checkpoint", backend=None), "Keras's backend may yet be JAX"
-    for importer in ("tensorflow.python.ops.math_ops", "tensorflow.litex", "__main__"):
-        assert not refused(importer), importer
-    assert not refused("tensorflow.lite.python.util", "numpy") and not refused("tensorflow.lite.python.util", "sklearn")
+    keras = "keras.src.trainers.data_adapters.array_slicing"
+    for name in ("sklearn", "matplotlib", "matplotlib.pyplot", "IPython", "jax", "jax.numpy"):
+        assert refused(keras, name), f"{name} imported by Keras was not refused"
+    assert not any(refused(keras, name) for name in ("pandas", "numpy", "scipy", "requests"))
+    assert refused("tensorflow.lite.python.util", "jax") and refused("tensorflow.python.keras.engine.x", "scipy")
+    assert refused("tensorflow.lite.python.util", "jax", backend="jax")  # TF Lite's JAX converter is never a rank's
+    assert not refused("keras.src.backend.jax.core", "jax", backend="jax"), "Keras on JAX needs JAX"
+    assert not refused("keras.src.callbacks.orbax_checkpoint", "jax", backend=None), "Keras's backend may yet be JAX"
+    for importer in ("tensorflow.python.ops.math_ops", "tensorflow.litex", "tensorflow.python.keras_x", "__main__"):
+        assert not any(refused(importer, name) for name in ("jax", "scipy", "sklearn", "IPython")), importer
 
 
 def test_the_courses_pth_installs_the_hook_at_start_up_only_where_the_variable_asks(tmp_path):
-    code = "import sys; print([type(f).__name__ for f in sys.meta_path].count('KerasExtrasLeftOut'))"
+    code = "import sys; print([type(f).__name__ for f in sys.meta_path].count('ExtrasLeftOut'))"
     answers = {}
     for value in ("1", "0", None):
         env = {k: v for k, v in launch.worker_env(1).items() if k != rank_imports.VAR}

@@ -1,25 +1,32 @@
-"""The ranks the course starts import TensorFlow without three packages it loads for helpers a rank has no use for.
+"""The ranks the course starts import TensorFlow without five packages it loads for helpers a rank has no use for.
 
-`import tensorflow` imports Keras 3, and Keras imports matplotlib (for `keras.visualization`'s plots) and scikit-learn
-(for the estimators of `keras.wrappers`) whenever they are installed, as they are in this course's environment. The
-course's ranks call neither, and every rank of every launch pays for both: `import tensorflow` took 8.3 CPU-s with
-them and 6.1 without them (user + system, mean of five of each, alternating, on the 2-core AMD EPYC machine that
-runs the course's checks, nothing else running, 2026-11-26). Where `COURSE_LEAN_RANKS=1` is set (the launcher sets it
-for the processes it starts, `launch.worker_env`, and the network lab's sshd for the ranks mpirun starts through it),
-an import hook refuses those two packages *to Keras's own modules only*: Keras was written for their absence
-(`try: import sklearn except ImportError`) and goes on without them. The rank's own code can still import either; only
-Keras's plotting helpers and its scikit-learn wrappers are then missing in that rank (COURSE_LEAN_RANKS=0 in the
-launching process's environment keeps Keras whole). pandas, which Keras imports too, stays: without it `fit` would
-refuse a DataFrame, and the course's forecaster ranks import it anyway.
-`horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with Keras as installed. The hook is
-installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's first line.
+`import tensorflow` imports Keras 3 and TensorFlow's own older Keras (`tensorflow.python.keras`), and they import, when
+they are installed, as they are in this course's environment:
 
-JAX is the third (it is in this environment for Keras 3 on JAX): `import tensorflow` imports it twice over, where it
-is installed, for what a rank on TensorFlow never calls. TensorFlow Lite's `util` module imports `jax.jit` for
-`tf.lite`'s JAX converter, and Keras's Orbax checkpoint callback imports JAX for its metrics (both `try: import jax
-except ImportError`). The hook refuses JAX to `tensorflow.lite`'s modules, and to Keras's once Keras's backend is
-TensorFlow (never where Keras runs on JAX, as lesson 05's `train_keras_jax.py` does). That import took 0.76 s of
-`import tensorflow`'s 5.3 s (`python -X importtime`, with the two above left out, 2026-11-30).
+| package | imported by | for |
+|---|---|---|
+| matplotlib | Keras | `keras.visualization`'s plots |
+| scikit-learn | Keras | the estimators of `keras.wrappers` |
+| IPython | Keras | `keras.saving`'s file editor, for notebooks |
+| JAX | Keras; TensorFlow Lite | Keras's Orbax checkpoint callback; `tf.lite`'s JAX converter |
+| SciPy | `tensorflow.python.keras` | sparse inputs in the TF 1 training loops |
+
+The course's ranks call none of them, and every rank of every launch pays for all of them. Measured on the 2-core AMD
+EPYC machine that runs the course's checks (user + system CPU of `import tensorflow`, alternating runs): the first two
+cost 8.3 CPU-s against 6.1 without them (five of each, nothing else running, 2026-11-26); JAX, 6.9 against 5.9 (four of
+each, with a test run beside them); IPython and SciPy, 4.7 against 4.5 (five of each, 2026-11-30).
+
+Where `COURSE_LEAN_RANKS=1` is set (the launcher sets it for the processes it starts, `launch.worker_env`, and the
+network lab's sshd for the ranks mpirun starts through it), an import hook refuses each package *to the modules named
+in the table only*: each import there is written for the package's absence (`try: import sklearn except ImportError`)
+and goes on without it. The rank's own code can still import any of them; only those helpers are then missing in that
+rank (COURSE_LEAN_RANKS=0 in the launching process's environment keeps them). JAX is refused to Keras only where Keras's
+backend is TensorFlow: Keras on JAX (lesson 05's `train_keras_jax.py`) needs it. pandas, which Keras imports too, stays:
+without it `fit` would refuse a DataFrame, and the course's forecaster ranks import it anyway. `requests`, which
+TensorFlow's preemption handler imports without a fallback, stays too.
+`horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with everything imported as installed.
+The hook is installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's
+first line.
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ import sys
 
 #: The environment variable that asks for the hook (set to "1").
 VAR = "COURSE_LEAN_RANKS"
-#: The packages refused to Keras's modules, by their top-level name.
-LEFT_OUT = frozenset({"matplotlib", "sklearn"})
-#: What is refused, by the importing module's package: {package, or its dotted prefix: top-level names refused}.
+#: What is refused, by the importing module's package (or dotted prefix): the top-level names refused to it.
 #: JAX is refused to Keras only where Keras's backend is not JAX (`_keras_on_jax`).
-REFUSED = {"keras": LEFT_OUT | {"jax"}, "tensorflow.lite": frozenset({"jax"})}
+REFUSED = {
+    "keras": frozenset({"matplotlib", "sklearn", "IPython", "jax"}),
+    "tensorflow.lite": frozenset({"jax"}),
+    "tensorflow.python.keras": frozenset({"scipy"}),
+}
 _MACHINERY = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib")
 
 
@@ -55,9 +64,8 @@ def _importer() -> str:
     return ""
 
 
-class KerasExtrasLeftOut(importlib.abc.MetaPathFinder):
-    """Refuses REFUSED's packages to the modules that import them there (LEFT_OUT to Keras's, and JAX to Keras's
-    on TensorFlow and to TensorFlow Lite's); every other import goes on as usual."""
+class ExtrasLeftOut(importlib.abc.MetaPathFinder):
+    """Refuses REFUSED's packages to the modules it names them for; every other import goes on as usual."""
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.partition(".")[0]
@@ -80,5 +88,5 @@ def for_ranks() -> dict[str, str]:
 def install() -> None:
     """Put the hook first among the import finders (once)."""
     # by name: site may run the .pth line twice (a venv's lib64 links to lib), each run with a class of its own
-    if not any(type(f).__name__ == KerasExtrasLeftOut.__name__ for f in sys.meta_path):
-        sys.meta_path.insert(0, KerasExtrasLeftOut())
+    if not any(type(f).__name__ == ExtrasLeftOut.__name__ for f in sys.meta_path):
+        sys.meta_path.insert(0, ExtrasLeftOut())
