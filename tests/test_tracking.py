@@ -50,25 +50,46 @@ def test_a_tracked_run_lands_in_a_fresh_store_with_its_parameters_and_every_epoc
     assert tracking.history(run.run_id, "samples_per_s", store)[0][1] > 0
 
 
+#: A tracked script as the training scripts track (tracking.start, an epoch logged at a time, a RESULT line), without
+#: TensorFlow: what these tests check is the store's, and train_single.py's tracking is the first test's.
+EPOCHS = (
+    "import argparse, sys, time; from utils import tracking\n"
+    "run = tracking.start(argparse.Namespace(width=1), world_size=1, logs=True, kind='single')\n"
+    "for epoch in range(1, int(sys.argv[1]) + 1):\n"
+    "    run.epoch(epoch, {'loss': 1.0 / epoch, 'val_loss': 1.0 / epoch})\n"
+    "    print(f'epoch {epoch}/{sys.argv[1]}', flush=True)\n"
+    "    time.sleep(float(sys.argv[2]))\n"
+    "print('RESULT {}'); run.end(True)\n"
+)
+
+
 def test_a_store_that_cannot_be_written_costs_no_training(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    out = single({tracking.URI_ENV: f"sqlite:///{blocker}/mlflow.db", tracking.EXPERIMENT_ENV: "x"})
+    env = {**os.environ, tracking.URI_ENV: f"sqlite:///{blocker}/mlflow.db", tracking.EXPERIMENT_ENV: "x"}
+    out = subprocess.run(
+        [sys.executable, "-c", EPOCHS, "2", "0"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=paths.REPO_ROOT,
+    )
     assert "TRACKING off: cannot write to sqlite:///" in out.stdout and "training goes on" in out.stdout
-    assert "RESULT " in out.stdout
+    assert out.returncode == 0 and "epoch 2/2" in out.stdout and "RESULT " in out.stdout, out.stdout + out.stderr
 
 
 def test_a_run_killed_mid_way_is_marked_failed_and_the_store_stays_usable(tmp_path):
     store = tmp_path / "mlflow.db"
-    env = {**os.environ, **tracking.environment("killed", store), "PYTHONUNBUFFERED": "1"}
-    args = [*TINY[:-3], "5", "--data-size", "20000"]  # long enough to be killed in its second epoch
+    env = {**os.environ, **tracking.environment("killed", store)}
+    # an epoch logged every 0.05 s: the kill lands among its writes to the store
     proc = subprocess.Popen(
-        [sys.executable, str(paths.SCRIPTS / "train_single.py"), *args], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", EPOCHS, "1000", "0.05"], stdout=subprocess.PIPE, text=True, env=env, cwd=paths.REPO_ROOT
     )
     try:
         deadline = time.monotonic() + 180
         for line in proc.stdout:
-            if line.startswith("epoch 1/") or time.monotonic() > deadline:
+            if line.startswith("epoch 3/") or time.monotonic() > deadline:
                 break
         proc.send_signal(signal.SIGKILL)  # a lost machine: no chance to end its run
         proc.wait(timeout=30)
@@ -77,8 +98,9 @@ def test_a_run_killed_mid_way_is_marked_failed_and_the_store_stays_usable(tmp_pa
             proc.kill()
     table = tracking.runs(store)  # the reader finds the process gone
     assert table.iloc[0].status == "FAILED", table
-    single(tracking.environment("killed", store))  # the next run writes to the same store
-    assert sorted(tracking.runs(store).status) == ["FAILED", "FINISHED"]
+    out, statuses = _run_tracked(EPOCHS, store, "killed", "2", "0")  # the next run writes to the same store
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(statuses) == ["FAILED", "FINISHED"]
 
 
 def _run_tracked(source: str, store, name: str, *args) -> tuple[subprocess.CompletedProcess, list[str]]:
