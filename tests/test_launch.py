@@ -131,7 +131,7 @@ HVD_OK = """
     import tensorflow as tf
     hvd.init()
     s = hvd.allreduce(tf.constant([float(hvd.rank() + 1)]), op=hvd.Sum)
-    extras = [m for m in ("jax", "matplotlib", "sklearn") if m in sys.modules]  # left out of TF and Keras in a rank
+    extras = [m for m in ("IPython", "jax", "matplotlib", "scipy", "sklearn") if m in sys.modules]  # left out in a rank
     print("RESULT " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "sum": float(s.numpy()[0]), "extras": extras}))
 """
 

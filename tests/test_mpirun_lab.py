@@ -25,15 +25,19 @@ needs_mpi_lab = pytest.mark.skipif(os.environ.get("CI") != "true" and bool(WHY_N
 
 HOSTS = ["algo-1", "algo-2"]
 
-#: A rank without TensorFlow (MPI initialised by `python -m mpi4py`, as SDK v3's line starts it): it writes whether
-#: the course's rank hook is on (COURSE_LEAN_RANKS through mpirun and sshd, the hook from the course's .pth), then
-#: waits. What the hook leaves out of TensorFlow's import is tests/test_rank_imports.py's to check.
+#: A rank without TensorFlow: MPI initialised (mpi4py's MPI_Init, then a barrier: all four are in one MPI world, as
+#: Horovod's would be), it writes whether the course's rank hook is on (COURSE_LEAN_RANKS through mpirun and sshd, the
+#: hook from the course's .pth), then waits. What the hook leaves out of TensorFlow's import is
+#: tests/test_rank_imports.py's to check.
 HANG = """
 import os, sys, time
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+world.Barrier()
 hook = any(type(f).__name__ == "ExtrasLeftOut" for f in sys.meta_path)
-mine = os.path.join(os.environ["HANG"], "rank-" + os.environ["OMPI_COMM_WORLD_RANK"])
+mine = os.path.join(os.environ["HANG"], f"rank-{world.Get_rank()}")
 with open(mine + ".part", "w") as f:
-    f.write(f"{os.environ.get('COURSE_LEAN_RANKS')} {hook}")
+    f.write(f"{os.environ.get('COURSE_LEAN_RANKS')} {hook} {world.Get_size()}")
 os.rename(mine + ".part", mine)  # whole when it appears: the test kills the run once all four are there
 time.sleep(600)
 """
@@ -105,8 +109,9 @@ def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path, monkeyp
             )
         killer.join()
         assert len(list(started.glob("rank-?"))) == 4, "every rank had started, 2 of them on algo-2 through ssh"
-        # the ranks on both hosts have the rank hook on: COURSE_LEAN_RANKS came through mpirun and sshd
-        assert {f.name: f.read_text() for f in started.glob("rank-?")} == {f"rank-{r}": "1 True" for r in range(4)}
+        # the ranks on both hosts, in one MPI world of 4, have the rank hook on: COURSE_LEAN_RANKS came through mpirun
+        # and sshd
+        assert {f.name: f.read_text() for f in started.glob("rank-?")} == {f"rank-{r}": "1 True 4" for r in range(4)}
         assert "killed by signal SIGKILL" in err.value.reason, err.value.reason
     assert not folder.exists(), "the lab's keys, configs and logs are gone"
     deadline = time.monotonic() + 10
@@ -127,7 +132,8 @@ def test_mpirun_needs_sshd_first_and_a_real_mpirun_line():
             lab.mpirun(["python", "x.py"])
 
 
-#: A rank without TensorFlow: MPI initialised (`python -m mpi4py`), its PID and host written, then it waits.
+#: A rank without TensorFlow or MPI (`python -m mpi4py` only runs the script; nothing here calls MPI_Init): a process
+#: that mpirun or algo-2's sshd started, its PID and host written, then it waits.
 WAIT = """
 import os, socket, time
 mine = os.path.join(os.environ["HANG"], "rank-" + os.environ["OMPI_COMM_WORLD_RANK"])

@@ -5,25 +5,29 @@ they are installed, as they are in this course's environment:
 
 | package | imported by | for |
 |---|---|---|
-| matplotlib | Keras | `keras.visualization`'s plots |
-| scikit-learn | Keras | the estimators of `keras.wrappers` |
-| IPython | Keras | `keras.saving`'s file editor, for notebooks |
-| JAX | Keras; TensorFlow Lite | Keras's Orbax checkpoint callback; `tf.lite`'s JAX converter |
-| SciPy | `tensorflow.python.keras` | sparse inputs in the TF 1 training loops |
+| matplotlib | Keras (`keras.*`) | `keras.visualization`'s plots |
+| scikit-learn | Keras (`keras.*`) | the estimators of `keras.wrappers` |
+| IPython | `keras.src.saving.file_editor` | Keras's file editor, for notebooks |
+| JAX | `keras.src.callbacks.orbax_checkpoint` | Keras's Orbax callback |
+| JAX | TensorFlow Lite (`tensorflow.lite.*`) | `tf.lite`'s JAX converter |
+| SciPy | TensorFlow's older Keras (`tensorflow.python.keras.*`) | sparse inputs to its training loops |
 
-The course's ranks call none of them, and every rank of every launch pays for all of them. Measured on the 2-core AMD
-EPYC machine that runs the course's checks (user + system CPU of `import tensorflow`, alternating runs): the first two
-cost 8.3 CPU-s against 6.1 without them (five of each, nothing else running, 2026-11-26); JAX, 6.9 against 5.9 (four of
-each, with a test run beside them); IPython and SciPy, 4.7 against 4.5 (five of each, 2026-11-30).
+The course's ranks call none of them, and every rank of every launch pays for all of them. CPU time (user + system)
+of `COURSE_LEAN_RANKS=... python -c "import tensorflow"`, on the 2-core AMD EPYC machine that runs the course's checks,
+nothing else running, 2026-11-30, each set below in turn, six rounds (mean, and the range of the six):
+- nothing refused (COURSE_LEAN_RANKS=0): 7.3 CPU-s (5.9 to 9.2);
+- matplotlib and scikit-learn refused: 5.5 (5.0 to 6.6);
+- and JAX: 4.8 (4.0 to 5.1);
+- and IPython and SciPy (all five, as the ranks run): 4.5 (3.6 to 5.3).
 
 Where `COURSE_LEAN_RANKS=1` is set (the launcher sets it for the processes it starts, `launch.worker_env`, and the
 network lab's sshd for the ranks mpirun starts through it), an import hook refuses each package *to the modules named
 in the table only*: each import there is written for the package's absence (`try: import sklearn except ImportError`)
 and goes on without it. The rank's own code can still import any of them; only those helpers are then missing in that
-rank (COURSE_LEAN_RANKS=0 in the launching process's environment keeps them). JAX is refused to Keras only where Keras's
-backend is TensorFlow: Keras on JAX (lesson 05's `train_keras_jax.py`) needs it. pandas, which Keras imports too, stays:
-without it `fit` would refuse a DataFrame, and the course's forecaster ranks import it anyway. `requests`, which
-TensorFlow's preemption handler imports without a fallback, stays too.
+rank (COURSE_LEAN_RANKS=0 in the launching process's environment keeps them). JAX is refused to Keras's Orbax callback
+only where Keras's backend is TensorFlow: Keras on JAX (lesson 05's `train_keras_jax.py`) has imported it by then.
+pandas, which Keras imports too, stays: without it `fit` would refuse a DataFrame, and the course's forecaster ranks
+import it anyway. `requests`, which TensorFlow's preemption handler imports without a fallback, stays too.
 `horovodrun` or `mpirun` typed in a terminal starts ranks without the variable, with everything imported as installed.
 The hook is installed at interpreter start-up by the course's `.pth` file (tools/link_utils.py), before the rank's
 first line.
@@ -37,20 +41,22 @@ import sys
 
 #: The environment variable that asks for the hook (set to "1").
 VAR = "COURSE_LEAN_RANKS"
-#: What is refused, by the importing module's package (or dotted prefix): the top-level names refused to it.
-#: JAX is refused to Keras only where Keras's backend is not JAX (`_keras_on_jax`).
+#: What is refused, by the importing module (or package, for its modules too): the top-level names refused to it.
+#: JAX is refused to Keras's Orbax callback only where Keras's backend is TensorFlow (`_keras_on_tensorflow`).
 REFUSED = {
-    "keras": frozenset({"matplotlib", "sklearn", "IPython", "jax"}),
+    "keras": frozenset({"matplotlib", "sklearn"}),
+    "keras.src.saving.file_editor": frozenset({"IPython"}),
+    "keras.src.callbacks.orbax_checkpoint": frozenset({"jax"}),
     "tensorflow.lite": frozenset({"jax"}),
     "tensorflow.python.keras": frozenset({"scipy"}),
 }
 _MACHINERY = ("importlib._bootstrap", "importlib._bootstrap_external", "importlib")
 
 
-def _keras_on_jax() -> bool:
-    """Whether Keras runs, or may yet run, on JAX: its backend is not chosen yet, or is JAX."""
+def _keras_on_tensorflow() -> bool:
+    """Whether Keras's backend is chosen, and is TensorFlow."""
     config = sys.modules.get("keras.src.backend.config")
-    return config is None or config.backend() == "jax"
+    return config is not None and config.backend() == "tensorflow"
 
 
 def _importer() -> str:
@@ -75,8 +81,9 @@ class ExtrasLeftOut(importlib.abc.MetaPathFinder):
         for package, names in REFUSED.items():
             if top not in names or not (importer == package or importer.startswith(package + ".")):
                 continue
-            if not (package == "keras" and top == "jax" and _keras_on_jax()):
-                raise ModuleNotFoundError(f"{fullname} is left out of {package} in this rank ({VAR}=1)", name=fullname)
+            if top == "jax" and package.startswith("keras") and not _keras_on_tensorflow():
+                continue  # Keras on another backend: JAX's may need it
+            raise ModuleNotFoundError(f"{fullname} is left out of {package} in this rank ({VAR}=1)", name=fullname)
         return None
 
 
