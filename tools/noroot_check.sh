@@ -98,11 +98,11 @@ chown -R "$user:" "$work/course"
 say "a fresh clone of $commit in $work/course, as $user, with a PATH that has no $(echo "$hide" | wc -w) tools (apt-get, the system's Open MPI and SimGrid)"
 
 # as_user COMMAND...: run COMMAND as the user, in the clone, with a learner's environment (the machine's
-# package-index settings, PIP_* and certificates, are kept: they say how this machine reaches PyPI). The command line
+# package-index settings, PIP_*, UV_* and certificates, are kept: they say how this machine reaches PyPI). The command line
 # that does it is also left in the array AS, for `timed`.
 keep=()
 for var in $(compgen -e); do
-  case "$var" in PIP_*|WHEELHOUSE|SSL_CERT_*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY)
+  case "$var" in PIP_*|UV_*|WHEELHOUSE|SSL_CERT_*|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE|http_proxy|https_proxy|no_proxy|HTTP_PROXY|HTTPS_PROXY|NO_PROXY)
     keep+=("$var=${!var}") ;;
   esac
 done

@@ -190,6 +190,26 @@ say "installing packaging tools"
 # shellcheck disable=SC2046  # one argument per pin line, on purpose
 "$py" -m pip install --quiet $(grep -E '^(pip|setuptools|wheel)==' "$repo/requirements.txt") 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; }
+# uv (Astral's installer, pinned in requirements.txt) installs the pins: the same packages from the same indexes as
+# pip, several times faster into a new environment (its own cache, and the bytecode compiled on every core). Where it
+# cannot be had (a wheelhouse made before it was pinned) or fails, pip installs them, as before.
+"$py" -m pip install --quiet "$(grep -E '^uv==' "$repo/requirements.txt")" 2>&1 \
+  | { grep -v "^WARNING: Location 'file:" || true; } || true
+[ -x "$venv_bin/uv" ] || say "NOTE: uv could not be installed (above): pip installs the packages, which takes longer"
+# pin_install ARGUMENTS...: `pip install ARGUMENTS` by uv where it is in the environment, told the indexes, links and
+# constraints pip is configured with (pip config list: its files and PIP_* variables), else by pip; where uv fails,
+# pip tries the same install.
+pin_install() {
+  if [ -x "$venv_bin/uv" ]; then
+    local uv_args=() arg
+    while IFS= read -r arg; do uv_args+=("$arg"); done < <("$py" "$repo/tools/pip_to_uv.py")
+    if "$venv_bin/uv" pip install --quiet --python "$py" --compile-bytecode ${uv_args[@]+"${uv_args[@]}"} "$@"; then
+      return 0
+    fi
+    say "uv could not install them (above): pip tries the same install"
+  fi
+  "$py" -m pip install --quiet "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+}
 
 # The stamp above changes with TF_PACKAGE, so a new choice of build (a GPU found, or TF_PACKAGE set) comes here.
 switch_tf_build "$py" "$TF_PACKAGE" || die "could not remove the other TensorFlow build from $venv (see above)."
@@ -199,11 +219,9 @@ trap 'rm -rf "$scratch"' EXIT
 reqs="$scratch/requirements.txt"
 requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
 # (grep drops pip's notes about local index folders some machines configure; errors still show)
-"$py" -m pip install --quiet -r "$reqs" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } \
-  || die "pip could not install requirements.txt (see its message above)."
+pin_install -r "$reqs" || die "pip could not install requirements.txt (see its message above)."
 # shellcheck disable=SC2046  # one argument per pin line, on purpose
-"$py" -m pip install --quiet --no-deps $(no_deps_pins "$repo/requirements.txt") 2>&1 \
-  | { grep -v "^WARNING: Location 'file:" || true; } \
+pin_install --no-deps $(no_deps_pins "$repo/requirements.txt") \
   || die "pip could not install $(no_deps_pins "$repo/requirements.txt" | tr '\n' ' ')(see its message above)."
 
 "$py" "$repo/tools/link_utils.py"
