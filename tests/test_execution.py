@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import subprocess
+import sys
 
 import nbformat
 import psutil
@@ -181,6 +182,45 @@ def test_the_order_puts_the_measuring_lessons_first_then_the_longest():
     assert smoke[0] == "03_allreduce_cost.ipynb"
     assert [seconds[n] for n in smoke[1:]] == sorted((seconds[n] for n in smoke[1:]), reverse=True)
     assert set(execution.order(names, "full")[:2]) == {"03_allreduce_cost.ipynb", "04_horovod.ipynb"}
+
+
+def test_two_workers_get_one_run_of_lessons_each_that_end_close_together(monkeypatch):
+    """With the smoke times of one `make test` here (two at a time), the nine lessons beside each other are dealt as
+    worksteal hands them out: the first four to one worker, the other five to the other, each run longest first."""
+    paired = {"04": 455, "07": 291, "05": 216, "08": 192, "06": 102, "09": 95, "01": 69, "02": 62, "00": 58, "03": 145}
+    names = sorted(lesson.notebook for lesson in course.lessons())  # 00_start_here.ipynb ...
+    rows = [{"notebook": n, "mode": "smoke", "seconds": str(paired[n[:2]])} for n in names]
+    monkeypatch.setattr(course, "read_durations", lambda: rows)
+    planned = [n[:2] for n in execution.order(names, "smoke", workers=2)]
+    assert planned == ["03", "04", "08", "01", "00", "07", "05", "06", "09", "02"]
+    first, second = (sum(paired[n] for n in run) for run in (planned[1:5], planned[5:]))
+    assert abs(first - second) <= 10, (first, second)  # 774 s and 766 s
+    longest_first = [n[:2] for n in execution.order(names, "smoke")]  # one worker's order, split the same way
+    assert sum(paired[n] for n in longest_first[1:5]) - sum(paired[n] for n in longest_first[5:]) > 700
+    few = [names[0], names[1], names[3]]  # two lessons beside 03: one each, longest first
+    assert [n[:2] for n in execution.order(few, "smoke", workers=2)] == ["03", "01", "00"]
+
+
+def test_worksteal_hands_the_first_worker_the_first_half_of_the_tests(tmp_path):
+    """What execution.order plans for, run through pytest-xdist as make test runs the lessons (-n 2 --dist
+    worksteal): of five tests of equal length, the first two run on one worker and the last three on the other."""
+    (tmp_path / "test_five.py").write_text(
+        "import os, time, pytest\n"
+        "@pytest.mark.parametrize('i', range(5))\n"
+        "def test_one(i):\n"
+        "    time.sleep(1)\n"
+        "    open(f'{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    worker = [(tmp_path / str(i)).read_text() for i in range(5)]
+    assert worker[0] == worker[1] != worker[2] == worker[3] == worker[4], worker
 
 
 def test_the_first_output_of_each_cell_is_noted_in_seconds_from_its_start():

@@ -127,9 +127,9 @@ if [ "$what" = all ] || [ "$what" = notebooks ]; then
   within_budget "$py" -m pytest "${nbmake[@]}" -m alone
   case $? in 0 | 5) ;; *) rc=1 ;; esac
   parallel=()
-  # worksteal: a worker that runs out takes lessons from the other's queue, so a lesson much longer on this machine
-  # than its recorded time (data/notebook_durations.csv) does not leave one worker idle (load: 689 s here, where
-  # two workers could have shared the same lessons in about 590 s)
+  # worksteal: each worker gets a run of lessons planned to end with the other's (utils.execution.order, from their
+  # recorded times in data/notebook_durations.csv), and a worker that runs out takes lessons from the other's tail
+  # (load: 689 s here, where two workers could have shared the same lessons in about 590 s)
   [ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist worksteal)
   run "${nbmake[@]}" -m "not alone" "${parallel[@]}" || rc=1
   stage_done notebooks

@@ -338,12 +338,33 @@ def ensure(
     return copy_path(notebook, mode, folder), seconds
 
 
-def order(names: list[str], mode: str) -> list[str]:
+def order(names: list[str], mode: str, workers: int = 1) -> list[str]:
     """The order a run executes lessons in: those in MEASURING[mode] first (a run of several at a time gives them
-    the machine alone: utils.nbmake_plugin), then the others, longest first by their measured durations in that mode,
-    so that two at a time end close together."""
+    the machine alone: utils.nbmake_plugin), then the others, longest first by their measured durations in that mode.
+
+    With `workers` > 1 (pytest-xdist's worksteal, as `make test` runs the lessons), the others come as one run of
+    lessons per worker, each longest first: worksteal hands the first worker the first n // workers of the n lessons,
+    the next n // (workers - 1) of the rest, and so on, and a worker takes lessons from another's tail only once its
+    own are done. The lessons are dealt out longest first, each to the worker whose lessons add up to the least so far
+    and that has room, so that the workers end close together: with the longest first in one list, the first worker
+    got the four longest and ran on alone for minutes after the other had finished."""
     seconds = {r["notebook"]: float(r["seconds"]) for r in course.read_durations() if r["mode"] == mode}
-    return sorted(names, key=lambda n: (n not in MEASURING[mode], -seconds.get(n, 0.0)))
+    ranked = sorted(names, key=lambda n: (n not in MEASURING[mode], -seconds.get(n, 0.0)))
+    first = [n for n in ranked if n in MEASURING[mode]]
+    rest = ranked[len(first) :]
+    if workers <= 1 or len(rest) <= workers:
+        return ranked
+    room, left = [], len(rest)
+    for i in range(workers):  # worksteal's first share of each worker
+        room.append(left // (workers - i))
+        left -= room[-1]
+    runs: list[list[str]] = [[] for _ in range(workers)]
+    totals = [0.0] * workers
+    for name in rest:  # longest first
+        w = min((w for w in range(workers) if len(runs[w]) < room[w]), key=lambda w: totals[w])
+        runs[w].append(name)
+        totals[w] += seconds.get(name, 0.0)
+    return first + [name for run in runs for name in run]
 
 
 def main(argv: list[str] | None = None) -> int:

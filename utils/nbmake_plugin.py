@@ -15,6 +15,7 @@ nbmake's own options keep their meaning: `--nbmake-timeout` bounds a cell, `--nb
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in lessons:
         if Path(item.fspath).name in execution.MEASURING[_mode()]:
             item.add_marker(pytest.mark.alone)
-    rank = {name: i for i, name in enumerate(execution.order([Path(i.fspath).name for i in lessons], _mode()))}
+    # Each of xdist's workers collects and sorts the lessons alike; worksteal deals them out in this order, and
+    # execution.order plans for how it does (the measuring ones are deselected by -m "not alone" after this).
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    names = [Path(i.fspath).name for i in lessons]
+    rank = {name: i for i, name in enumerate(execution.order(names, _mode(), workers))}
     items.sort(key=lambda item: rank.get(Path(item.fspath).name, -1) if _is_notebook(item) else -1)
 
 
