@@ -142,14 +142,23 @@ if command -v flock >/dev/null 2>&1; then
   exec 9>"$cache_root/simgrid/$key.lock"
   flock -n 9 || { say "another set-up is building SimGrid into $prefix: waiting for it"; flock 9; }
 fi
+# A cached build that fails its check (SimGrid's smpicc and smpicxx name the C and C++ compilers by the paths they
+# were found at when it was built: one since removed breaks it) is built again, as if there were none.
+broken=""
 if [ -x "$prefix/bin/smpirun" ] && [ -f "$prefix/.complete" ]; then
   say "using the cached build: $prefix"
   link_tools
-  prove
-  exit 0
+  (prove) && exit 0
+  broken=1
+  rm -f "$prefix/.complete"
+  say "the cached build failed its check (above): it is built again"
 fi
 if [ "${COURSE_CACHED_ONLY:-}" = 1 ]; then
-  say "not compiled: no build of SimGrid $version is cached ($prefix) and COURSE_CACHED_ONLY=1"
+  if [ -n "$broken" ]; then
+    say "not compiled: the cached build of SimGrid $version fails its check ($prefix) and COURSE_CACHED_ONLY=1"
+  else
+    say "not compiled: no build of SimGrid $version is cached ($prefix) and COURSE_CACHED_ONLY=1"
+  fi
   exit 75
 fi
 
