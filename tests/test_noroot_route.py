@@ -61,3 +61,40 @@ def test_a_cached_only_set_up_compiles_no_simgrid_where_none_is_cached(tmp_path)
     assert done.returncode == 75, done.stdout + done.stderr
     assert "not compiled: no build of SimGrid" in done.stdout
     assert not any((tmp_path / "cache" / "simgrid").glob("simgrid-*/bin")), "something was built"
+
+
+def test_a_cached_simgrid_that_fails_its_check_is_not_used(tmp_path):
+    """A cached build whose smpicc names a compiler that is gone (built where `cc` was found in a folder since removed)
+    fails SimGrid's check: the set-up does not take it as built. With COURSE_CACHED_ONLY=1 it says so and stops with
+    status 75; the build is no longer marked complete, so the next set-up compiles it again."""
+    import os
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    venv_bin = Path(sys.executable).parent
+    bin_ = tmp_path / "bin"  # where the tools get linked: a folder of the test's own, not the course's .venv/bin
+    bin_.mkdir()
+    for tool in ("python", "cmake"):
+        (bin_ / tool).symlink_to(venv_bin / tool)
+    env = {**os.environ, "COURSE_CACHED_ONLY": "1", "COURSE_CACHE_DIR": str(tmp_path / "cache")}
+    run = lambda: subprocess.run(
+        ["bash", str(repo / "tools" / "build_simgrid.sh"), str(bin_ / "python")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    first = run()
+    assert first.returncode == 75, first.stdout + first.stderr
+    prefix = Path(first.stdout.split("is cached (", 1)[1].split(")", 1)[0])
+    (prefix / "bin").mkdir(parents=True)
+    for tool in ("smpicc", "smpicxx", "smpirun"):  # as SimGrid writes them, with a compiler path that is gone
+        (prefix / "bin" / tool).write_text(f'#!/bin/sh\nexec {tmp_path}/gone/cc "$@"\n')
+        (prefix / "bin" / tool).chmod(0o755)
+    (prefix / ".complete").touch()
+    done = run()
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert "using the cached build" in done.stdout and "SMPI check failed" in done.stderr
+    assert "not compiled: the cached build of SimGrid" in done.stdout and "fails its check" in done.stdout
+    assert not (prefix / ".complete").exists()
+    assert (bin_ / "smpirun").resolve() == (prefix / "bin" / "smpirun").resolve()  # linked where the check ran

@@ -5,7 +5,8 @@
 #      ~/.cache/distributed-training-course, where Horovod's wheel and SimGrid's build are keyed as
 #      tools/build_horovod.sh and tools/build_simgrid.sh say);
 #   2. a PATH without apt-get, dpkg and the system's Open MPI and SimGrid (a folder of links to every other program
-#      of the system's bin folders), so that the set-up takes the route it takes where they do not exist;
+#      of the system's bin folders, ~/.course-noroot-path, root's, kept for the next check as the caches are), so
+#      that the set-up takes the route it takes where they do not exist;
 #   3. a fresh clone of this checkout's commit (HEAD: what is committed) in the user's home, owned by the user;
 #   4. as that user: tools/setup_env.sh twice, each run timed (wall and CPU seconds); then mpirun, smpirun and
 #      Horovod with MPI must come from the environment, and Horovod's MPI library must load its libmpi;
