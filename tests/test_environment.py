@@ -105,53 +105,40 @@ def test_the_setup_refuses_an_unknown_tensorflow_package(tmp_path):
     assert out.returncode == 1 and "TF_PACKAGE=tensorflow-gpu is not one of" in out.stderr and not out.stdout
 
 
-def test_uv_is_told_the_package_sources_pip_is_configured_with():
-    """tools/pip_to_uv.py reads pip's own `pip config list` (here its PIP_* variables, no file) and names the same
-    sources to uv: an index that replaces PyPI, extra indexes, links, no index (a wheelhouse) and constraints."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env |= {
-        "PIP_CONFIG_FILE": os.devnull,  # pip reads no configuration file, this machine's included
-        "PIP_INDEX_URL": "https://mirror.example/simple",
-        "PIP_EXTRA_INDEX_URL": "file:///srv/a file:///srv/b",
-        "PIP_FIND_LINKS": "/srv/wheels",
-        "PIP_NO_INDEX": "1",
-        "PIP_CONSTRAINT": "/srv/constraints.txt",
-    }
-    out = subprocess.run(
+def pip_to_uv(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [REPO / ".venv/bin/python", REPO / "tools/pip_to_uv.py"], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out == [
-        *("--no-index", "--index-url", "https://mirror.example/simple"),
+    )
+
+
+def test_uv_is_told_the_package_sources_pip_is_configured_with(tmp_path):
+    """tools/pip_to_uv.py asks pip's own `pip install` options (files and PIP_* variables, pip's precedence) and names
+    the same sources to uv; a folder of links that does not exist is left out, as pip only warns about it."""
+    (tmp_path / "wheels").mkdir()
+    conf = tmp_path / "pip.conf"  # [install] over [global], as pip reads them for pip install
+    conf.write_text(
+        "[global]\nindex-url = https://global.example/simple\nfind-links = /nowhere\n"
+        "[install]\nindex-url = https://install.example/simple\nextra-index-url = file:///srv/a\n  file:///srv/b\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env |= {"PIP_CONFIG_FILE": str(conf), "XDG_CONFIG_DIRS": str(tmp_path / "none")}  # not this machine's own files
+    assert pip_to_uv(env).stdout.split() == [
+        *("--no-config", "--index-url", "https://install.example/simple"),
         *("--extra-index-url", "file:///srv/a", "--extra-index-url", "file:///srv/b"),
-        *("--find-links", "/srv/wheels", "--constraint", "/srv/constraints.txt"),
         *("--index-strategy", "unsafe-best-match"),
     ]
-    env = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
-    bare = subprocess.run(
-        [REPO / ".venv/bin/python", REPO / "tools/pip_to_uv.py"], env=env, capture_output=True, text=True
-    )
-    assert bare.stdout.split() == []  # nothing configured: uv's default, PyPI, as pip's
-
-
-def test_pip_precedence_for_uv_a_variable_over_install_over_global():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("pip_to_uv", REPO / "tools/pip_to_uv.py")
-    pip_to_uv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pip_to_uv)
-    listing = "\n".join(
-        [
-            ":env:.index-url='https://env.example/simple'",
-            "global.index-url='https://global.example/simple'",
-            "install.find-links='/install'",
-            "global.find-links='/global'",
-            "global.no-index='false'",
-            "download.index-url='https://other-command.example/simple'",
-        ]
-    )
-    config = pip_to_uv.settings(listing)
-    assert config == {"index-url": "https://env.example/simple", "find-links": "/install", "no-index": "false"}
-    assert pip_to_uv.uv_arguments(config) == [
-        *("--index-url", "https://env.example/simple", "--find-links", "/install"),
-        *("--index-strategy", "unsafe-best-match"),
+    env |= {  # a variable over any file
+        "PIP_INDEX_URL": "https://env.example/simple",
+        "PIP_FIND_LINKS": f"{tmp_path / 'wheels'} /nowhere",
+        "PIP_NO_INDEX": "yes",
+        "PIP_CONSTRAINT": "/srv/constraints.txt",
+        "PIP_TRUSTED_HOST": "mirror.example",
+    }
+    assert pip_to_uv(env).stdout.split() == [
+        *("--no-config", "--no-index", "--index-url", "https://env.example/simple"),
+        *("--extra-index-url", "file:///srv/a", "--extra-index-url", "file:///srv/b"),
+        *("--find-links", str(tmp_path / "wheels"), "--constraint", "/srv/constraints.txt"),
+        *("--allow-insecure-host", "mirror.example", "--index-strategy", "unsafe-best-match"),
     ]
+    bare = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
+    assert pip_to_uv(bare).stdout == "--no-config\n--index-url\nhttps://pypi.org/simple\n"  # no blank line

@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 
 import nbformat
 import psutil
@@ -201,26 +200,40 @@ def test_two_workers_get_one_run_of_lessons_each_that_end_close_together(monkeyp
     assert [n[:2] for n in execution.order(few, "smoke", workers=2)] == ["03", "01", "00"]
 
 
-def test_worksteal_hands_the_first_worker_the_first_half_of_the_tests(tmp_path):
-    """What execution.order plans for, run through pytest-xdist as make test runs the lessons (-n 2 --dist
-    worksteal): of five tests of equal length, the first two run on one worker and the last three on the other."""
-    (tmp_path / "test_five.py").write_text(
-        "import os, time, pytest\n"
-        "@pytest.mark.parametrize('i', range(5))\n"
-        "def test_one(i):\n"
-        "    time.sleep(1)\n"
-        "    open(f'{i}', 'w').write(os.environ['PYTEST_XDIST_WORKER'])\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "worksteal"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    worker = [(tmp_path / str(i)).read_text() for i in range(5)]
-    assert worker[0] == worker[1] != worker[2] == worker[3] == worker[4], worker
+def test_worksteal_hands_the_first_worker_the_first_share_and_steals_from_the_tail():
+    """What execution.order plans for, on pytest-xdist's own worksteal scheduler (make test's -n 2 --dist worksteal)
+    with two stand-in workers: of nine lessons the first four go to one worker and the other five to the other, and a
+    worker that has started its last lesson takes lessons from the tail of the other's."""
+    from types import SimpleNamespace
+
+    from xdist.scheduler.worksteal import WorkStealingScheduling
+
+    class Worker:
+        def __init__(self, name):
+            self.gateway, self.shutting_down, self.given, self.asked = SimpleNamespace(id=name), False, [], []
+
+        def send_runtest_some(self, indices):
+            self.given += indices
+
+        def send_steal(self, indices):
+            self.asked += indices
+
+        def shutdown(self):
+            self.shutting_down = True
+
+    scheduler = WorkStealingScheduling(SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None))
+    first, second = Worker("gw0"), Worker("gw1")
+    for worker in (first, second):
+        scheduler.add_node(worker)
+    for worker in (first, second):
+        scheduler.add_node_collection(worker, [f"lesson {i}" for i in range(9)])
+    scheduler.schedule()
+    assert (first.given, second.given) == ([0, 1, 2, 3], [4, 5, 6, 7, 8])
+    for done in (4, 5, 6):  # the second worker is on 7, with 8 to come: nothing taken yet
+        scheduler.mark_test_complete(second, done)
+    assert first.asked == []
+    scheduler.mark_test_complete(second, 7)  # on its last: it takes half of the first worker's queue, from the tail
+    assert first.asked == [2, 3]
 
 
 def test_the_first_output_of_each_cell_is_noted_in_seconds_from_its_start():

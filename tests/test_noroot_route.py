@@ -63,10 +63,11 @@ def test_a_cached_only_set_up_compiles_no_simgrid_where_none_is_cached(tmp_path)
     assert not any((tmp_path / "cache" / "simgrid").glob("simgrid-*/bin")), "something was built"
 
 
-def test_a_cached_simgrid_that_fails_its_check_is_not_used(tmp_path):
-    """A cached build whose smpicc names a compiler that is gone (built where `cc` was found in a folder since removed)
-    fails SimGrid's check: the set-up does not take it as built. With COURSE_CACHED_ONLY=1 it says so and stops with
-    status 75; the build is no longer marked complete, so the next set-up compiles it again."""
+def test_a_cached_simgrid_whose_compiler_is_gone_is_built_again_and_one_with_its_compiler_is_kept(tmp_path):
+    """SimGrid's smpicc names the compiler by the path it was found at when built: a cached build whose compiler is
+    gone from there is not taken as built (with COURSE_CACHED_ONLY=1: said in one line, status 75, marked incomplete for
+    the next set-up to build again). One whose compiler is there but whose check fails stays marked complete, and the
+    check's failure stops the set-up."""
     import os
     import subprocess
 
@@ -88,13 +89,23 @@ def test_a_cached_simgrid_that_fails_its_check_is_not_used(tmp_path):
     assert first.returncode == 75, first.stdout + first.stderr
     prefix = Path(first.stdout.split("is cached (", 1)[1].split(")", 1)[0])
     (prefix / "bin").mkdir(parents=True)
-    for tool in ("smpicc", "smpicxx", "smpirun"):  # as SimGrid writes them, with a compiler path that is gone
-        (prefix / "bin" / tool).write_text(f'#!/bin/sh\nexec {tmp_path}/gone/cc "$@"\n')
-        (prefix / "bin" / tool).chmod(0o755)
-    (prefix / ".complete").touch()
+
+    def cache(compiler: Path) -> None:
+        """A cached build as SimGrid writes its wrappers (CC=... on a line of its own), naming `compiler`."""
+        for tool, var in (("smpicc", "CC"), ("smpicxx", "CXX"), ("smpirun", "")):
+            (prefix / "bin" / tool).write_text(f'#!/bin/sh\n{var and var + "=" + str(compiler)}\nexec "$CC" "$@"\n')
+            (prefix / "bin" / tool).chmod(0o755)
+        (prefix / ".complete").touch()
+
+    cache(tmp_path / "gone" / "cc")
     done = run()
     assert done.returncode == 75, done.stdout + done.stderr
-    assert "using the cached build" in done.stdout and "SMPI check failed" in done.stderr
-    assert "not compiled: the cached build of SimGrid" in done.stdout and "fails its check" in done.stdout
+    assert f"names a compiler that is gone ({tmp_path / 'gone' / 'cc'})" in done.stdout
+    assert "not compiled: the cached build of SimGrid" in done.stdout
     assert not (prefix / ".complete").exists()
+    (tmp_path / "false").symlink_to("/bin/false")  # a compiler in place that fails: the check fails, the cache stays
+    cache(tmp_path / "false")
+    kept = run()
+    assert kept.returncode == 1 and "SMPI check failed" in kept.stderr, kept.stdout + kept.stderr
+    assert "using the cached build" in kept.stdout and (prefix / ".complete").exists()
     assert (bin_ / "smpirun").resolve() == (prefix / "bin" / "smpirun").resolve()  # linked where the check ran

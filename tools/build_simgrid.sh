@@ -142,20 +142,34 @@ if command -v flock >/dev/null 2>&1; then
   exec 9>"$cache_root/simgrid/$key.lock"
   flock -n 9 || { say "another set-up is building SimGrid into $prefix: waiting for it"; flock 9; }
 fi
-# A cached build that fails its check (SimGrid's smpicc and smpicxx name the C and C++ compilers by the paths they
-# were found at when it was built: one since removed breaks it) is built again, as if there were none.
+# SimGrid's smpicc and smpicxx name the C and C++ compilers by the paths they were found at when it was built: a
+# cached build whose compiler is gone from there (found in a folder since removed) is built again, as if there were
+# none. A cached build that fails its check with its compilers in place is left as it is, and the check's failure
+# stops the set-up here (a check stopped by a busy machine does not throw a good build away).
+gone_compiler() {
+  local tool compiler
+  for tool in smpicc smpicxx; do
+    compiler="$(sed -nE 's/^(CC|CXX)=//p' "$prefix/bin/$tool" 2>/dev/null | head -1)"
+    if [ -n "$compiler" ] && [ ! -x "$compiler" ]; then echo "$compiler"; return 0; fi
+  done
+  return 1
+}
 broken=""
 if [ -x "$prefix/bin/smpirun" ] && [ -f "$prefix/.complete" ]; then
-  say "using the cached build: $prefix"
-  link_tools
-  (prove) && exit 0
-  broken=1
-  rm -f "$prefix/.complete"
-  say "the cached build failed its check (above): it is built again"
+  if gone="$(gone_compiler)"; then
+    broken=1
+    rm -f "$prefix/.complete"
+    say "the cached build names a compiler that is gone ($gone): it is built again"
+  else
+    say "using the cached build: $prefix"
+    link_tools
+    prove
+    exit 0
+  fi
 fi
 if [ "${COURSE_CACHED_ONLY:-}" = 1 ]; then
   if [ -n "$broken" ]; then
-    say "not compiled: the cached build of SimGrid $version fails its check ($prefix) and COURSE_CACHED_ONLY=1"
+    say "not compiled: the cached build of SimGrid $version names a compiler that is gone ($prefix) and COURSE_CACHED_ONLY=1"
   else
     say "not compiled: no build of SimGrid $version is cached ($prefix) and COURSE_CACHED_ONLY=1"
   fi

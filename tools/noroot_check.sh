@@ -5,7 +5,7 @@
 #      ~/.cache/distributed-training-course, where Horovod's wheel and SimGrid's build are keyed as
 #      tools/build_horovod.sh and tools/build_simgrid.sh say);
 #   2. a PATH without apt-get, dpkg and the system's Open MPI and SimGrid (a folder of links to every other program
-#      of the system's bin folders, ~/.course-noroot-path, root's, kept for the next check as the caches are), so
+#      of the system's bin folders, /var/lib/course-noroot/path, root's, kept for the next check as the caches are), so
 #      that the set-up takes the route it takes where they do not exist;
 #   3. a fresh clone of this checkout's commit (HEAD: what is committed) in the user's home, owned by the user;
 #   4. as that user: tools/setup_env.sh twice, each run timed (wall and CPU seconds); then mpirun, smpirun and
@@ -77,23 +77,23 @@ fi
 runuser -u "$user" -- mkdir -m 700 "$work" "$work/tmp"
 
 # 2. a PATH without apt-get and the system's MPI and SimGrid
-hide=" apt apt-get apt-cache dpkg sudo mpirun mpiexec mpicc mpicxx mpic++ mpiCC mpif77 mpif90 mpifort orterun oshrun
+hide=" apt apt-get apt-cache dpkg sudo mpirun mpiexec mpicc mpicxx mpic++ mpiCC mpif77 mpif90 mpifort orterun oshrun 
   ompi_info ompi-server opal_wrapper prterun prted smpicc smpicxx smpirun smpiff smpif90 smpimain "
-# The folder stays from one check to the next (root's, in the user's home, like the user's caches): a build cached
-# as the user records the compilers by the paths it found them at (SimGrid's smpicc names `cc` as found on PATH), so
-# a folder of one check's own would leave the cache naming a compiler that is gone once that check has ended.
-bin="$home/.course-noroot-path"
-{ [ -d "$bin" ] && [ ! -L "$bin" ] && [ "$(stat -c %u "$bin")" = 0 ]; } || rm -rf "$bin"  # root's folder, or none
+# The folder stays from one check to the next, root's in a folder of root's alone (not in the user's home, where the
+# user could swap it for a link to a folder of root's between root's look and root's writes): a build cached as the
+# user records the compilers by the paths it found them at (SimGrid's smpicc names `cc` as found on PATH), so a
+# folder of one check's own would leave the cache naming a compiler that is gone once that check has ended. Its links
+# are made anew at each check, the first of the system's folders that has a tool giving its link.
+bin=/var/lib/course-noroot/path
 mkdir -p "$bin"
-chown root: "$bin"
-chmod 755 "$bin"
-for name in $hide; do rm -f "$bin/$name"; done
+chmod 755 "$(dirname "$bin")" "$bin"
+find "$bin" -mindepth 1 -maxdepth 1 -type l -delete
 for dir in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
   [ -d "$dir" ] || continue
   for tool in "$dir"/*; do
     name="${tool##*/}"
     case "$hide" in *" $name "*) continue ;; esac
-    [ -e "$bin/$name" ] || ln -sfn "$tool" "$bin/$name"
+    [ -e "$bin/$name" ] || [ -L "$bin/$name" ] || ln -s "$tool" "$bin/$name"
   done
 done
 

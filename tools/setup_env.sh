@@ -190,19 +190,20 @@ say "installing packaging tools"
 # shellcheck disable=SC2046  # one argument per pin line, on purpose
 "$py" -m pip install --quiet $(grep -E '^(pip|setuptools|wheel)==' "$repo/requirements.txt") 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; }
-# uv (Astral's installer, pinned in requirements.txt) installs the pins: the same packages from the same indexes as
-# pip, several times faster into a new environment (its own cache, and the bytecode compiled on every core). Where it
-# cannot be had (a wheelhouse made before it was pinned) or fails, pip installs them, as before.
+# uv (Astral's installer, pinned in requirements.txt) installs the pins: several times faster than pip into a new
+# environment (its own cache, and the bytecode compiled on every core), told the package sources pip is configured
+# with (tools/pip_to_uv.py). Where it cannot be had (a wheelhouse made before it was pinned), where pip's settings
+# cannot be read for it, or where it fails (a setting of pip's it is not told), pip installs them, as before.
 "$py" -m pip install --quiet "$(grep -E '^uv==' "$repo/requirements.txt")" 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; } || true
 [ -x "$venv_bin/uv" ] || say "NOTE: uv could not be installed (above): pip installs the packages, which takes longer"
-# pin_install ARGUMENTS...: `pip install ARGUMENTS` by uv where it is in the environment, told the indexes, links and
-# constraints pip is configured with (pip config list: its files and PIP_* variables), else by pip; where uv fails,
-# pip tries the same install.
+# pin_install ARGUMENTS...: `pip install ARGUMENTS`, by uv where it can be, else (or where uv fails) by pip
 pin_install() {
-  if [ -x "$venv_bin/uv" ]; then
-    local uv_args=() arg
-    while IFS= read -r arg; do uv_args+=("$arg"); done < <("$py" "$repo/tools/pip_to_uv.py")
+  local uv_args=() arg listing
+  if [ -x "$venv_bin/uv" ] && listing="$("$py" "$repo/tools/pip_to_uv.py")"; then
+    while IFS= read -r arg; do [ -z "$arg" ] || uv_args+=("$arg"); done <<EOF_ARGS
+$listing
+EOF_ARGS
     if "$venv_bin/uv" pip install --quiet --python "$py" --compile-bytecode ${uv_args[@]+"${uv_args[@]}"} "$@"; then
       return 0
     fi
@@ -217,7 +218,7 @@ say "installing the pinned packages (TensorFlow as $TF_PACKAGE; a few minutes th
 scratch="$(mktemp -d)"  # the requirements file, and a TMPDIR for ipykernel install (below)
 trap 'rm -rf "$scratch"' EXIT
 reqs="$scratch/requirements.txt"
-requirements_for "$TF_PACKAGE" "$repo/requirements.txt" >"$reqs"
+requirements_for "$TF_PACKAGE" "$repo/requirements.txt" | grep -v "^uv==" >"$reqs"  # uv: installed above, or not
 # (grep drops pip's notes about local index folders some machines configure; errors still show)
 pin_install -r "$reqs" || die "pip could not install requirements.txt (see its message above)."
 # shellcheck disable=SC2046  # one argument per pin line, on purpose

@@ -344,10 +344,10 @@ def order(names: list[str], mode: str, workers: int = 1) -> list[str]:
 
     With `workers` > 1 (pytest-xdist's worksteal, as `make test` runs the lessons), the others come as one run of
     lessons per worker, each longest first: worksteal hands the first worker the first n // workers of the n lessons,
-    the next n // (workers - 1) of the rest, and so on, and a worker takes lessons from another's tail only once its
-    own are done. The lessons are dealt out longest first, each to the worker whose lessons add up to the least so far
-    and that has room, so that the workers end close together: with the longest first in one list, the first worker
-    got the four longest and ran on alone for minutes after the other had finished."""
+    the next n // (workers - 1) of the rest, and so on, and a worker takes lessons from the tail of another's only once
+    it has started its own last one. The lessons are dealt out longest first, each to the worker whose lessons add up
+    to the least so far and that has room, so that the workers end close together: with the longest first in one list,
+    the first worker got the four longest and ran on alone for minutes after the other had finished."""
     seconds = {r["notebook"]: float(r["seconds"]) for r in course.read_durations() if r["mode"] == mode}
     ranked = sorted(names, key=lambda n: (n not in MEASURING[mode], -seconds.get(n, 0.0)))
     first = [n for n in ranked if n in MEASURING[mode]]
