@@ -91,6 +91,7 @@ find "$bin" -mindepth 1 -maxdepth 1 -type l -delete
 for dir in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
   [ -d "$dir" ] || continue
   for tool in "$dir"/*; do
+    [ -e "$tool" ] || [ -L "$tool" ] || continue  # an empty folder's * stays as it is
     name="${tool##*/}"
     case "$hide" in *" $name "*) continue ;; esac
     [ -e "$bin/$name" ] || [ -L "$bin/$name" ] || ln -s "$tool" "$bin/$name"
