@@ -77,8 +77,9 @@ fi
 runuser -u "$user" -- mkdir -m 700 "$work" "$work/tmp"
 
 # 2. a PATH without apt-get and the system's MPI and SimGrid
-hide=" apt apt-get apt-cache dpkg sudo mpirun mpiexec mpicc mpicxx mpic++ mpiCC mpif77 mpif90 mpifort orterun oshrun 
+hide=" apt apt-get apt-cache dpkg sudo mpirun mpiexec mpicc mpicxx mpic++ mpiCC mpif77 mpif90 mpifort orterun oshrun
   ompi_info ompi-server opal_wrapper prterun prted smpicc smpicxx smpirun smpiff smpif90 smpimain "
+hide="$(printf '%s' "$hide" | tr '\n' ' ')"  # one space-separated list: `case` below matches " name "
 # The folder stays from one check to the next, root's in a folder of root's alone (not in the user's home, where the
 # user could swap it for a link to a folder of root's between root's look and root's writes): a build cached as the
 # user records the compilers by the paths it found them at (SimGrid's smpicc names `cc` as found on PATH), so a
