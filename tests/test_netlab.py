@@ -477,6 +477,8 @@ def test_cli_interrupted_ends_with_one_line_and_status_130():
         stderr=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        # as typed in a terminal: a suite started in the background (`make test &`) passes SIGINT on ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert cli.stdout.readline().startswith("[lab] "), "the lab is up"
