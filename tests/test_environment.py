@@ -142,3 +142,33 @@ def test_uv_is_told_the_package_sources_pip_is_configured_with(tmp_path):
     ]
     bare = {k: v for k, v in env.items() if not k.startswith("PIP_")} | {"PIP_CONFIG_FILE": os.devnull}
     assert pip_to_uv(bare).stdout == "--no-config\n--index-url\nhttps://pypi.org/simple\n"  # no blank line
+
+
+def horovod_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(REPO / "tools" / "build_horovod.sh"), str(REPO / ".venv" / "bin" / "python"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def test_a_horovod_check_passed_for_the_same_environment_is_not_run_again_and_a_new_package_changes_that(tmp_path):
+    """The 2-rank checks of tools/build_horovod.sh are noted under the cache by a hash of what they depend on: with
+    that note there, the script says so and starts no rank; a package more in the environment is another hash."""
+    pytest.importorskip("horovod")
+    env = os.environ | {"COURSE_CACHE_DIR": str(tmp_path / "cache")}
+    key = horovod_script("--proof-key", env=env).stdout.strip()
+    assert re.fullmatch(r"[0-9a-f]{16}", key), key
+    extra = tmp_path / "site"  # an environment with one package more (importlib.metadata reads it from sys.path)
+    (extra / "newcomer-1.0.dist-info").mkdir(parents=True)
+    (extra / "newcomer-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: newcomer\nVersion: 1.0\n")
+    assert horovod_script("--proof-key", env=env | {"PYTHONPATH": str(extra)}).stdout.strip() != key
+    (tmp_path / "cache" / "proved").mkdir(parents=True)
+    (tmp_path / "cache" / "proved" / key).write_text("2026-11-30 08:00 UTC\n")
+    done = horovod_script(env=env)
+    assert done.returncode == 0, done.stderr
+    assert "passed these checks on 2026-11-30 08:00 UTC" in done.stdout and "not run again" in done.stdout
+    assert "checking the build" not in done.stdout, done.stdout
