@@ -1,9 +1,12 @@
 """The ranks the launcher starts import TensorFlow and Keras without the packages utils/rank_imports.py lists, and can
-still import them themselves."""
+still import them themselves; every process of the environment imports jsonschema without the package
+utils/startup_imports.py lists."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -98,3 +101,30 @@ def test_the_courses_pth_installs_the_hook_at_start_up_only_where_the_variable_a
         f"hooks installed by variable: {answers}; an environment made before the hook needs `make env` (a conda "
         "environment: python tools/link_utils.py)"
     )
+
+
+JSONSCHEMA_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import jsonschema
+    at_start = {"grammar": "rfc3987_syntax" in sys.modules, "iri": "iri" in jsonschema.FormatChecker().checkers}
+    import rfc3987_syntax  # a learner's own import
+    print(json.dumps({**at_start, "own": rfc3987_syntax.is_valid_syntax("iri", "https://example.com/ä")}))
+    """
+)
+
+
+def test_jsonschema_starts_without_its_iri_grammar_anyone_else_imports_it_and_the_variable_at_0_keeps_it():
+    """utils/startup_imports.py, installed by the course's .pth file in every process of the environment."""
+
+    def probe(**env: str) -> dict:
+        base = {k: v for k, v in os.environ.items() if k != rank_imports.VAR}
+        run = subprocess.run(
+            [sys.executable, "-c", JSONSCHEMA_PROBE], env=base | env, capture_output=True, text=True, timeout=120
+        )
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    assert probe() == {"grammar": False, "iri": False, "own": True}
+    assert probe(**{rank_imports.VAR: "1"}) == {"grammar": False, "iri": False, "own": True}  # a rank, the same
+    assert probe(**{rank_imports.VAR: "0"}) == {"grammar": True, "iri": True, "own": True}
