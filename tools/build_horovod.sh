@@ -103,7 +103,7 @@ proof_key() {
     if [ -n "$mpi_tag" ]; then
       mpi_id="the environment's$mpi_tag"
     else
-      mpi_id="$(readlink -f "$(command -v mpirun)") $(mpirun --version 2>/dev/null | head -n 1)"
+      mpi_id="$(command -v mpirun) $(mpirun --version 2>/dev/null | head -n 1)"
     fi
   fi
   {
