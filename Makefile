@@ -119,9 +119,9 @@ LAB_MODE ?= smoke
 lab-check: env
 	$(VENV)/bin/python tools/check_lab.py --mode $(LAB_MODE)
 
-# Rebuild or re-check Horovod alone (uses the cached wheel when there is one).
+# Rebuild or re-check Horovod alone (uses the cached wheel when there is one; always runs the 2-rank checks).
 horovod: env
-	@bash tools/build_horovod.sh $(VENV)/bin/python
+	@COURSE_RECHECK_HOROVOD=1 bash tools/build_horovod.sh $(VENV)/bin/python
 
 # docker/horovod/Dockerfile's Horovod build (GPU flags, NCCL, MPI) replayed on this machine without Docker, on the
 # image's versions (Python 3.12, TensorFlow 2.21); the differences from the real image are in docker/horovod/README.md.

@@ -12,7 +12,7 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
-from utils import launch, rank_imports
+from utils import launch, rank_imports, startup_imports
 
 PROBE = textwrap.dedent(
     """
@@ -115,16 +115,19 @@ JSONSCHEMA_PROBE = textwrap.dedent(
 
 
 def test_jsonschema_starts_without_its_iri_grammar_anyone_else_imports_it_and_the_variable_at_0_keeps_it():
-    """utils/startup_imports.py, installed by the course's .pth file in every process of the environment."""
+    """utils/startup_imports.py, installed by a .pth file of the course's in every process of the environment (an
+    environment made before it: `make env` installs it). Were the GPL package `rfc3987` installed, jsonschema would
+    check the formats with it instead: it is not in the course's pins."""
 
     def probe(**env: str) -> dict:
-        base = {k: v for k, v in os.environ.items() if k != rank_imports.VAR}
+        base = {k: v for k, v in os.environ.items() if k not in (rank_imports.VAR, startup_imports.VAR)}
         run = subprocess.run(
             [sys.executable, "-c", JSONSCHEMA_PROBE], env=base | env, capture_output=True, text=True, timeout=120
         )
         assert run.returncode == 0, run.stderr
         return json.loads(run.stdout)
 
-    assert probe() == {"grammar": False, "iri": False, "own": True}
+    assert probe() == {"grammar": False, "iri": False, "own": True}, "no startup hook here: run make env"
     assert probe(**{rank_imports.VAR: "1"}) == {"grammar": False, "iri": False, "own": True}  # a rank, the same
-    assert probe(**{rank_imports.VAR: "0"}) == {"grammar": True, "iri": True, "own": True}
+    assert probe(**{rank_imports.VAR: "0"}) == {"grammar": False, "iri": False, "own": True}  # that one is the ranks'
+    assert probe(**{startup_imports.VAR: "0"}) == {"grammar": True, "iri": True, "own": True}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds Horovod with Gloo (and MPI, where Open MPI is installed) for the course's TensorFlow, installs it
-# into the given Python environment, and proves it with a 2-rank allreduce (and one started by mpirun).
+# into the given Python environment, and proves it with a 2-rank allreduce (and one started by mpirun), unless the
+# same installation passed that check before on this machine (see proof_key; `make horovod` always checks).
 #
 #   bash tools/build_horovod.sh [PYTHON]      (default: the `python` on PATH)
 #   bash tools/build_horovod.sh PYTHON --wheel-to DIR   # only make sure the wheel exists (build it if
@@ -92,11 +93,12 @@ cache_root="${COURSE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/distributed-trai
 key="horovod-$version-tf$tf_version-$tag-$recipe$mpi_tag"
 cache="$cache_root/wheels/$key"
 
-# What the checks below depend on: the installed Horovod's files (their hashes in its RECORD), every installed package's version,
-# the Python, and the Open MPI that mpirun starts (the environment's own, by version; else the system's, by path and
-# version). A check that passed is noted under the cache by a hash of these; the next environment with the same
-# hash (a fresh clone's, CI's) is not checked again, which saves a minute and about 70 CPU-seconds on 2 cores.
-# COURSE_RECHECK_HOROVOD=1 checks all the same.
+# What the checks below depend on: this script, the installed Horovod's files (their hashes in its RECORD), every
+# installed package's version, the Python, the machine (platform and C library), and the Open MPI that mpirun starts
+# (the environment's own, by version; else the system's, by path and version). A check that passed is noted under the
+# cache by a hash of these; the next environment with the same hash (a fresh clone's: CI's, the check without root's)
+# only loads Horovod in one process (a few seconds) instead of starting ranks (a minute and about 70 CPU-seconds on
+# 2 cores). COURSE_RECHECK_HOROVOD=1 (`make horovod`) checks all the same. Prints nothing where a hash cannot be had.
 proof_key() {
   local mpi_id=none
   if [ "$with_mpi" = 1 ]; then
@@ -106,14 +108,16 @@ proof_key() {
       mpi_id="$(command -v mpirun) $(mpirun --version 2>/dev/null | head -n 1)"
     fi
   fi
-  {
-    printf '%s\n' "$key" "$mpi_id"
-    "$PY" -c '
-import importlib.metadata as m, sys
-print(sys.version)
+  local installed
+  installed="$("$PY" -c '
+import importlib.metadata as m, platform, sys
+print(sys.version, platform.platform(), *platform.libc_ver())
 print(*sorted(f"{d.metadata['"'"'Name'"'"']}=={d.version}" for d in m.distributions()), sep="\n")
-print(*(ln for ln in m.distribution("horovod").read_text("RECORD").splitlines() if ln.startswith("horovod/")), sep="\n")'
-  } | sha256_hex | cut -c1-16
+record = m.distribution("horovod").read_text("RECORD")
+if not record:
+    sys.exit("no RECORD")  # an installation that lists no files: checked every time
+print(*(ln for ln in record.splitlines() if ln.startswith("horovod/")), sep="\n")' 2>/dev/null)" || return 0
+  { cat "$here/build_horovod.sh"; printf '%s\n' "$key" "$mpi_id" "$installed"; } | sha256_hex | cut -c1-16
 }
 
 # Where the environment has Open MPI from PyPI: Horovod's MPI library must load that libmpi, not another Open MPI
@@ -129,13 +133,19 @@ check_libmpi() {
 }
 
 prove() {
-  local proved
-  proved="$cache_root/proved/$(proof_key)"
-  if [ -f "$proved" ] && [ "${COURSE_RECHECK_HOROVOD:-}" != 1 ]; then
+  local proved="" pkey
+  pkey="$(proof_key)"
+  [ -n "$pkey" ] && proved="$cache_root/proved/$pkey"
+  if [ -n "$proved" ] && [ -f "$proved" ] && [ "${COURSE_RECHECK_HOROVOD:-}" != 1 ]; then
     check_libmpi
-    say "OK: the same Horovod, packages and Open MPI passed these checks on $(head -n 1 "$proved") (noted in $proved): not run again (COURSE_RECHECK_HOROVOD=1 runs them)"
+    # this environment's own Horovod loads, with what the noted check found built (one process, no rank started)
+    TF_CPP_MIN_LOG_LEVEL=3 CUDA_VISIBLE_DEVICES=-1 "$PY" -c "import sys, horovod.tensorflow as h
+sys.exit(not (h.gloo_built() and int(h.mpi_built()) == $with_mpi))" 2>/dev/null \
+      || die "Horovod does not load in this environment, or lacks Gloo$([ "$with_mpi" = 1 ] && echo " or MPI"): run make horovod to see why."
+    say "OK: Horovod loads; the same Horovod, packages, machine and Open MPI passed the 2-rank checks on $(head -n 1 "$proved") (noted in $proved): not run again (make horovod runs them)"
     return 0
   fi
+  [ -z "$proved" ] || rm -f "$proved"  # a check that fails from here on must not leave an older note behind
   say "checking the build: horovodrun --check-build, then a 2-rank Gloo allreduce"
   local bin
   bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
@@ -187,9 +197,9 @@ sys.stdout.flush()
     say "OK: Horovod $version with Gloo works on 2 ranks (no Open MPI here: built without MPI)."
   fi
   # noted for the next environment like this one (a note that cannot be written only costs the next one a check)
-  mkdir -p "$(dirname "$proved")" 2>/dev/null \
-    && date -u '+%Y-%m-%d %H:%M UTC' > "$proved.$$" 2>/dev/null && mv -f "$proved.$$" "$proved" 2>/dev/null \
-    || rm -f "$proved.$$" 2>/dev/null || true
+  [ -n "$proved" ] || return 0
+  { mkdir -p "$(dirname "$proved")" && date -u '+%Y-%m-%d %H:%M UTC' > "$proved.$$" && mv -f "$proved.$$" "$proved"; } \
+    2>/dev/null || rm -f "$proved.$$" 2>/dev/null || true
 }
 
 if [ -n "$proof_key_only" ]; then
