@@ -162,7 +162,9 @@ def test_a_horovod_check_passed_for_the_same_environment_is_not_run_again_and_a_
     """The 2-rank checks of tools/build_horovod.sh are noted under the cache by a hash of what they depend on: with
     that note there, the script loads Horovod in one process, says so and starts no rank; a package more in the
     environment is another hash."""
-    has_horovod = subprocess.run([str(VENV_PY), "-c", "import importlib.metadata as m; m.version('horovod')"])
+    has_horovod = subprocess.run(
+        [str(VENV_PY), "-c", "import importlib.metadata as m; m.version('horovod')"], capture_output=True
+    )
     if has_horovod.returncode:
         pytest.skip("Horovod is not installed in .venv")
     env = {k: v for k, v in os.environ.items() if k != "COURSE_RECHECK_HOROVOD"}

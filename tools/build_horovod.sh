@@ -145,7 +145,9 @@ sys.exit(not (h.gloo_built() and int(h.mpi_built()) == $with_mpi))" 2>/dev/null 
     say "OK: Horovod loads; the same Horovod, packages, machine and Open MPI passed the 2-rank checks on $(head -n 1 "$proved") (noted in $proved): not run again (make horovod runs them)"
     return 0
   fi
-  [ -z "$proved" ] || rm -f "$proved"  # a check that fails from here on must not leave an older note behind
+  # a check that fails from here on must not leave an older note behind
+  [ -z "$proved" ] || rm -f "$proved" 2>/dev/null \
+    || die "cannot remove the old note $proved (is the cache read-only?): remove it, or set COURSE_CACHE_DIR"
   say "checking the build: horovodrun --check-build, then a 2-rank Gloo allreduce"
   local bin
   bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"

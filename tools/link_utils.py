@@ -40,7 +40,8 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main() -> None:
-    """Write `distributed_training_course.pth` into this interpreter's site-packages."""
+    """Write `distributed_training_course.pth`, and the startup hook's module and `.pth` file, into this interpreter's
+    site-packages."""
     site = Path(sysconfig.get_paths()["purelib"])
     if sys.prefix == sys.base_prefix and "CONDA_PREFIX" not in os.environ:
         sys.exit(
@@ -53,7 +54,7 @@ def main() -> None:
     write_atomically(startup, (REPO / "utils" / "startup_imports.py").read_text())
     py_compile.compile(str(startup), doraise=True)
     write_atomically(site / f"{STARTUP_MODULE}.pth", STARTUP_LINE + "\n")
-    print(f"utils importable from {REPO} (via {pth})")
+    print(f"utils importable from {REPO} (via {pth}); jsonschema's startup trimmed (via {startup})")
 
 
 if __name__ == "__main__":
