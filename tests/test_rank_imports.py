@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from types import SimpleNamespace
 
 from utils import launch, rank_imports, startup_imports
@@ -131,3 +132,11 @@ def test_jsonschema_starts_without_its_iri_grammar_anyone_else_imports_it_and_th
     assert probe(**{rank_imports.VAR: "1"}) == {"grammar": False, "iri": False, "own": True}  # a rank, the same
     assert probe(**{rank_imports.VAR: "0"}) == {"grammar": False, "iri": False, "own": True}  # that one is the ranks'
     assert probe(**{startup_imports.VAR: "0"}) == {"grammar": True, "iri": True, "own": True}
+
+
+def test_the_environments_copy_of_the_startup_hook_is_this_checkouts():
+    """tools/link_utils.py copies utils/startup_imports.py into site-packages (`make env` does it, every run): a copy
+    older than the checkout would refuse what the checkout no longer does, or the reverse."""
+    import distributed_training_course_startup as installed
+
+    assert Path(installed.__file__).read_text() == Path(startup_imports.__file__).read_text(), "run make env"
