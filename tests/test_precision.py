@@ -261,7 +261,7 @@ def test_the_exception_line_is_the_failing_ranks_own():
 
 @needs_horovod
 def test_allreduce_worker_halves_bytes_and_keeps_ranks_identical():
-    args = ["--width", "64", "--depth", "1", "--batch-size", "64", "--rounds", "1", "--repeats", "2", "--steps", "3"]
+    args = ["--width", "64", "--depth", "1", "--batch-size", "64", "--rounds", "1", "--repeats", "4", "--steps", "3"]
     ranks = launch.launch_horovodrun(
         paths.WORKERS / "precision_allreduce.py", np=2, args=args, timeout=240, stream=False
     ).records()
@@ -269,7 +269,8 @@ def test_allreduce_worker_halves_bytes_and_keeps_ranks_identical():
     params = 48 * 64 + 64 + 64 * 24 + 24
     assert ranks[0]["parameters"] == params
     assert ranks[0]["tensor_bytes"] == {"none": 4 * params, "fp16": 2 * params}
-    # bytes written to the sockets: at 2 ranks a ring sends K per rank, plus small negotiation messages
+    # bytes written to the sockets: at 2 ranks a ring sends K per rank, plus small negotiation messages (the fewest
+    # of 4 calls: a call that waits for a slowed rank also writes the background thread's idle negotiation rounds)
     written = ranks[0]["allreduce"]
     assert 4 * params <= written["none"]["bytes_written"] < 4 * params + 4096
     assert 2 * params <= written["fp16"]["bytes_written"] < 2 * params + 4096
