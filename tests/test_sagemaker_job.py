@@ -323,6 +323,25 @@ def test_input_mode_check():
     assert not checks.check_input_mode("Stream", data_gb=1, volume_gb=5, script_reads_files=True)
 
 
+def test_the_sdks_defaults_config_is_validated_once_per_process_and_a_bad_one_is_refused_every_time(aws, monkeypatch):
+    """ModelTrainer looks up about ten settings a job, and the SDK validated the whole config against its schema at
+    each: sj.validate_sdk_config_once keeps one validation per distinct config."""
+    import jsonschema
+    from sagemaker.core.config.config_manager import SageMakerConfig
+
+    schema_checks = []
+    validate = jsonschema.validate
+    monkeypatch.setattr(jsonschema, "validate", lambda *a, **k: (schema_checks.append(a[0]), validate(*a, **k))[1])
+    for _ in range(2):
+        sj.request_for(sj.JobConfig(kind="mwms", instances=2), aws)
+    configs = [json.dumps(c, sort_keys=True) for c in schema_checks]
+    assert len(configs) == len(set(configs)) <= 2, f"{len(configs)} validations of {len(set(configs))} configs"
+    assert any("TelemetryOptOut" in c for c in configs) or not configs  # the course's config (or validated before)
+    for _ in range(2):  # not remembered: refused at each call
+        with pytest.raises(jsonschema.ValidationError, match="NotAKey"):
+            SageMakerConfig.validate_sagemaker_config({"SchemaVersion": "1.0", "NotAKey": 1})
+
+
 def test_spot_limits_check(aws):
     from utils import checks
 
