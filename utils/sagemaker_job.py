@@ -542,16 +542,32 @@ def checkpoint_uri(bucket: str, kind: str, run: str) -> str:
     return f"s3://{bucket}/checkpoints/course-{kind}/{run}"
 
 
-def validate_sdk_config_once() -> None:
-    """Have the SageMaker SDK validate each distinct defaults config once per process, not at every lookup.
+def _plain_json(value: Any) -> bool:
+    """Whether `value` is made of dicts with string keys, lists, strings, numbers, booleans and None only: what
+    `json.dumps` writes back unchanged, so that two values with the same JSON text are the same to a JSON schema."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain_json(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_plain_json(v) for v in value)
+    return value is None or isinstance(value, (str, int, float, bool))
 
-    `ModelTrainer` reads about ten settings from the SDK's defaults config while it builds a job, and for each one
-    `sagemaker.core.common_utils.get_sagemaker_config_value` validates the whole config against the SDK's JSON schema with
-    `jsonschema.validate`, which first checks that schema itself against JSON Schema's own: about 0.36 CPU-s a
-    lookup, 3.6 of the 4.9 CPU-s one `request_for` took here (sagemaker 3.27.0 on the 2-core AMD EPYC machine that
-    runs the course's checks, cProfile, 2026-11-30). The config cannot be empty here: it is what turns the SDK's
-    telemetry off. After this call, a config equal to one already validated in this process is not validated again;
-    a config that fails is refused as before, every time. Called by `build_trainer`, and safe to call again."""
+
+def validate_sdk_config_once() -> None:
+    """Have the SageMaker SDK's `ModelTrainer` validate each distinct defaults config once, not at every lookup.
+
+    While it builds a job, `ModelTrainer` reads about ten settings from the SDK's defaults config through
+    `SageMakerConfig.resolve_value_from_config` (sagemaker/core/config/config_manager.py), and at each one
+    `get_sagemaker_config_value` validates the whole config against the SDK's JSON schema with `jsonschema.validate`,
+    which first checks that schema itself against JSON Schema's own. Measured here (sagemaker 3.27.0, the 2-core AMD
+    EPYC machine that runs the course's checks, 2026-11-30), three job requests in one process took 3.1, 2.6 and
+    2.4 CPU-s without this, 1.7, 0.9 and 0.7 with it. The course's emulated AWS always has a config (it turns the
+    SDK's telemetry off), and a learner's may too.
+
+    After this call, `SageMakerConfig.validate_sagemaker_config` skips a config whose JSON text (keys sorted) equals
+    that of one it has already passed in this process; a config that fails is refused as before, every time, and one
+    that is not plain JSON (`_plain_json`: tuples, non-string keys, other types) is validated every time. The SDK's
+    other validators (`sagemaker.core.config.config.validate_sagemaker_config`, which a new `Session` calls) are left
+    as they are. Called by `build_trainer`; calling it again changes nothing."""
     from sagemaker.core.config.config_manager import SageMakerConfig
 
     original = SageMakerConfig.validate_sagemaker_config  # a staticmethod: the plain function
@@ -560,7 +576,10 @@ def validate_sdk_config_once() -> None:
     validated: set[str] = set()
 
     def validate_sagemaker_config(sagemaker_config: dict | None = None) -> None:
-        key = json.dumps(sagemaker_config, sort_keys=True, default=repr)
+        if not _plain_json(sagemaker_config):
+            original(sagemaker_config)
+            return
+        key = json.dumps(sagemaker_config, sort_keys=True)
         if key not in validated:
             original(sagemaker_config)  # raises jsonschema's ValidationError for a config that does not fit
             validated.add(key)
