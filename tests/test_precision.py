@@ -270,7 +270,7 @@ def test_allreduce_worker_halves_bytes_and_keeps_ranks_identical():
     assert ranks[0]["parameters"] == params
     assert ranks[0]["tensor_bytes"] == {"none": 4 * params, "fp16": 2 * params}
     # bytes written to the sockets: at 2 ranks a ring sends K per rank, plus small negotiation messages (the fewest
-    # of 4 calls: a call that waits for a slowed rank also writes the background thread's idle negotiation rounds)
+    # of 4 calls: a call that waits longer for a slowed rank carries more of the background thread's coordination)
     written = ranks[0]["allreduce"]
     assert 4 * params <= written["none"]["bytes_written"] < 4 * params + 4096
     assert 2 * params <= written["fp16"]["bytes_written"] < 2 * params + 4096
