@@ -77,8 +77,8 @@ format: env
 	$(VENV)/bin/python -m nbstripout --keep-id notebooks/*.ipynb
 
 # Re-time every lesson in full and smoke mode into data/notebook_durations.csv (full mode alone: 75 minutes on a
-# 2-core machine), measure a
-# JupyterLab server's memory (data/jupyterlab_memory.csv), and rewrite the instructor's page from the figures.
+# 2-core machine), measure a JupyterLab server's memory (data/jupyterlab_memory.csv), and rewrite the instructor's
+# page from the figures.
 durations: env
 	$(VENV)/bin/python tools/time_notebooks.py --jupyterlab --mode full
 	$(VENV)/bin/python tools/time_notebooks.py --mode smoke
