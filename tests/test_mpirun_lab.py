@@ -27,17 +27,17 @@ HOSTS = ["algo-1", "algo-2"]
 
 #: A rank without TensorFlow: MPI initialised (mpi4py's MPI_Init, then a barrier: all four are in one MPI world, as
 #: Horovod's would be), it writes whether the course's rank hook is on (COURSE_LEAN_RANKS through mpirun and sshd, the
-#: hook from the course's .pth), then waits. What the hook leaves out of TensorFlow's import is
-#: tests/test_rank_imports.py's to check.
+#: hook from the course's .pth) and its temporary folder, then waits. What the hook leaves out of TensorFlow's import
+#: is tests/test_rank_imports.py's to check.
 HANG = """
-import os, sys, time
+import os, sys, tempfile, time
 from mpi4py import MPI
 world = MPI.COMM_WORLD
 world.Barrier()
 hook = any(type(f).__name__ == "ExtrasLeftOut" for f in sys.meta_path)
 mine = os.path.join(os.environ["HANG"], f"rank-{world.Get_rank()}")
 with open(mine + ".part", "w") as f:
-    f.write(f"{os.environ.get('COURSE_LEAN_RANKS')} {hook} {world.Get_size()}")
+    f.write(f"{os.environ.get('COURSE_LEAN_RANKS')} {hook} {world.Get_size()} {tempfile.gettempdir()}")
 os.rename(mine + ".part", mine)  # whole when it appears: the test kills the run once all four are there
 time.sleep(600)
 """
@@ -110,8 +110,13 @@ def test_mpirun_killed_mid_run_is_reported_and_nothing_is_left(tmp_path, monkeyp
         killer.join()
         assert len(list(started.glob("rank-?"))) == 4, "every rank had started, 2 of them on algo-2 through ssh"
         # the ranks on both hosts, in one MPI world of 4, have the rank hook on: COURSE_LEAN_RANKS came through mpirun
-        # and sshd
-        assert {f.name: f.read_text() for f in started.glob("rank-?")} == {f"rank-{r}": "1 True 4" for r in range(4)}
+        # and sshd. Each host's ranks write their temporary files to that host's folder in the lab's, gone with it:
+        # algo-2's ranks, started by its sshd, too (an ssh session gets no TMPDIR from its client: /tmp otherwise).
+        tmp = [lab.host_env(h)["TMPDIR"] for h in (0, 0, 1, 1)]
+        assert all(t.startswith(f"{folder}/") for t in tmp) and tmp[0] != tmp[2]
+        assert {f.name: f.read_text() for f in started.glob("rank-?")} == {
+            f"rank-{r}": f"1 True 4 {tmp[r]}" for r in range(4)
+        }
         assert "killed by signal SIGKILL" in err.value.reason, err.value.reason
     assert not folder.exists(), "the lab's keys, configs and logs are gone"
     deadline = time.monotonic() + 10

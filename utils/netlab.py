@@ -467,8 +467,14 @@ class Lab:
             return None
 
     def host_env(self, index: int) -> dict[str, str]:
-        """LAB_HOSTS (every address, in order) and LAB_HOST_INDEX for a program on host `index`."""
-        return {HOSTS_VAR: ",".join(self.addresses), INDEX_VAR: str(index)}
+        """LAB_HOSTS (every address, in order) and LAB_HOST_INDEX for a program on host `index`, and TMPDIR: a
+        temporary folder of that host's own in the lab's folder (gone with the lab), as each instance of a job has a
+        /tmp of its own. An ssh session gets no TMPDIR from its client: without this, what a rank started through a
+        host's sshd writes to the temporary folder (TensorFlow's autograph files, their __pycache__) would stay in the
+        machine's /tmp."""
+        tmp = self._dir / f"tmp{index}"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        return {HOSTS_VAR: ",".join(self.addresses), INDEX_VAR: str(index), "TMPDIR": str(tmp)}
 
     def run(
         self,
