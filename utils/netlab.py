@@ -656,8 +656,9 @@ class Lab:
         the instance's variables to /etc/environment for the same reason), except the launcher's run marker
         (launch.RUN_MARKER): each session takes it from its ssh client (SendEnv), so that what a run's mpirun starts
         on another host carries that run's own marker, and TMPDIR, which is the host's own (`host_env`). Each host
-        gets a /run of its own (a tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client configuration that reaches
-        every host by name, also kept as `self.ssh_config`; `mpirun()` passes it to Open MPI."""
+        gets a /run of its own (a tmpfs in its mount namespace) for sshd's /run/sshd. Returns the ssh client
+        configuration that reaches every host by name, also kept as `self.ssh_config`; `mpirun()` passes it to Open
+        MPI."""
         self._need()
         if self.ssh_config is not None:
             return self.ssh_config
