@@ -209,3 +209,36 @@ def test_stopped_finds_only_processes_in_the_stopped_state():
         assert processes.stopped(handles) == [handles[1]]
     finally:
         assert processes.stop([psutil.Process(p.pid) for p in (running, stopped)]) == []
+
+
+def test_cli_also_stops_what_a_marked_process_started_while_it_was_being_stopped(var):
+    """A build's make or a shell loop starts processes between the look for marked processes and the signals: the
+    command looks again until none is left (one look would leave those newcomers running)."""
+    marked_env = dict(os.environ, **{var: "run-2"})
+    spawner = subprocess.Popen(  # a new marked process every few milliseconds, each meant to outlive its parent
+        ["bash", "-c", "echo ready; for i in $(seq 3000); do sleep 60 & done; wait"],
+        env=marked_env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert spawner.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        done = subprocess.run(
+            [sys.executable, "-m", "utils.processes", "stop", var, "run-2"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert spawner.wait(timeout=10) < 0
+        left = processes.marked(var, "run-2")
+        assert left == [], f"{len(left)} marked process(es) still running after the command: {left[:5]}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(spawner.pid, signal.SIGKILL)
+        for proc in processes.marked(var, "run-2"):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()

@@ -312,14 +312,11 @@ def run_record(mode: str, seconds: float, shared: bool = False) -> dict[str, str
 
 def stop_leftovers(notebook: str, mark: str) -> None:
     """Stop the processes a lesson's kernel started and left running (they carry its MARK)."""
-    left = processes.marked(MARK, mark)
-    if left:
-        still = processes.stop(left)
-        print(
-            f"[notebooks] {notebook}: stopped {len(left) - len(still)} process(es) the lesson left running", flush=True
-        )
-        if still:
-            print(f"[notebooks] {notebook}: could not stop PIDs {sorted(p.pid for p in still)}", file=sys.stderr)
+    done, still = processes.stop_marked(MARK, mark)
+    if done:
+        print(f"[notebooks] {notebook}: stopped {done} process(es) the lesson left running", flush=True)
+    if still:
+        print(f"[notebooks] {notebook}: could not stop PIDs {sorted(p.pid for p in still)}", file=sys.stderr)
 
 
 def ensure(

@@ -6,7 +6,8 @@ is never signalled. A zombie counts as stopped: it has ended, only its parent ha
 
     python -m utils.processes stop VAR VALUE
 
-stops every process whose environment has VAR=VALUE, except this command and its ancestors.
+stops every process whose environment has VAR=VALUE, except this command and its ancestors, looking again until
+none is left (a marked process may start another while it is being stopped).
 """
 
 from __future__ import annotations
@@ -97,6 +98,20 @@ def stop(procs: Sequence[psutil.Process], grace: float = 3.0) -> list[psutil.Pro
     return wait(left, grace)
 
 
+def stop_marked(var: str, value: str, spared: Iterable[psutil.Process] = (), rounds: int = 10):
+    """Stop every process marked `var`=`value` but `spared`, looking again after each stop until a look finds none
+    (at most `rounds` looks): a marked process can start another between a look and its signal (a build's make, a
+    shell's loop), and that newcomer is marked too. Return (how many were stopped, those that could not be)."""
+    spared, done, left = set(spared), 0, []
+    for _ in range(rounds):
+        targets = [p for p in marked(var, value) if p not in spared and p not in left]
+        if not targets:
+            return done, left
+        still = stop(targets)
+        done, left = done + len(targets) - len(still), left + still
+    return done, left + [p for p in marked(var, value) if p not in spared and p not in left]
+
+
 def main(argv: Sequence[str]) -> int:
     """The command line: `stop VAR VALUE` stops every process marked VAR=VALUE but this one and its ancestors."""
     if len(argv) != 3 or argv[0] != "stop":
@@ -108,11 +123,9 @@ def main(argv: Sequence[str]) -> int:
         return 2
     _, var, value = argv
     me = psutil.Process()
-    spared = {me, *me.parents()}
-    targets = [p for p in marked(var, value) if p not in spared]
-    left = stop(targets)
-    if len(targets) > len(left):
-        print(f"[test] stopped {len(targets) - len(left)} process(es) left over by the run", file=sys.stderr)
+    done, left = stop_marked(var, value, spared={me, *me.parents()})
+    if done:
+        print(f"[test] stopped {done} process(es) left over by the run", file=sys.stderr)
     if left:
         print(
             f"[test] could not stop {len(left)} process(es) marked {var}={value}: PIDs "
