@@ -189,7 +189,10 @@ say "compiling SimGrid $version's SMPI from its source release on PyPI, with Boo
 start=$(date +%s)
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-"$PY" -m pip download --quiet --no-deps --no-binary :all: "simgrid==$version" -d "$work" 2>&1 \
+# --no-binary simgrid, not :all: (which pip applies to the build requirements too): pip reads a source release's
+# metadata in a build environment of its own, with CMake and pybind11 in it, and :all: had it compile CMake from its
+# source there, one job at a time, for 15 minutes and more on a 2-core machine, before SimGrid's own compile began.
+"$PY" -m pip download --quiet --no-deps --no-binary simgrid "simgrid==$version" -d "$work" 2>&1 \
   | { grep -v "^WARNING: Location 'file:" || true; }
 [ -f "$work/simgrid-$version.tar.gz" ] \
   || die "could not download the simgrid==$version source release from the package index (no network?)."
