@@ -69,7 +69,7 @@ def wait_for_status(state: Path, env: dict[str, str], limit: float) -> tuple[str
             time.sleep(0.5)
         return "timeout", time.monotonic() - start
     finally:
-        processes.stop(processes.marked(MARK, env[MARK]))  # nothing of the set-up outlives the test
+        processes.stop_marked(MARK, env[MARK])  # nothing of the set-up outlives the test, nor what it starts meanwhile
 
 
 def test_the_scripts_fit_sagemakers_limit_and_name_the_log():
