@@ -595,13 +595,14 @@ def duration_paragraph(notebook: str, rows: list[dict[str, str]] | None = None, 
         + (" on an earlier version of this lesson" if stale else "")
     )
     total = reading + (run or 0) / 60
+    whole = max(1, round(float(timed[-1]["seconds"]) / 60)) if timed else 0
     read = "its text, code and outputs" if timed and timed[-1].get("reading_words") else "its text and code"
     return (
         f"{DURATION_START}: about {5 * max(1, math.ceil(total / 5))} minutes, that is about {round(reading)} minutes "
         f"of reading ({read} at {READING_WPM} words a minute) and {ran}. The exercises and "
         f"the sections marked *{DEEP_DIVE_MARK}* come on top"
         + (
-            f": Run All, deep dives included, ran about {max(1, round(float(timed[-1]['seconds']) / 60))} minutes "
+            f": Run All, deep dives included, ran about {whole} minute{'s' if whole > 1 else ''} "
             "in full mode on the same machine"
             if timed and run is not None
             else ""
