@@ -154,7 +154,9 @@ def horovod_script(*args: str, env: dict[str, str]) -> subprocess.CompletedProce
         text=True,
         env=env,
         cwd=REPO,
-        timeout=120,
+        # A guard against a hang, not a speed check: loading Horovod imports TensorFlow, and beside CI's other work on
+        # a slow 2-core machine one call took over 120 s (2026-11-30); pytest-timeout bounds the whole test at 300 s.
+        timeout=240,
     )
 
 
