@@ -166,18 +166,17 @@ def test_cli_stops_marked_processes_but_not_itself_or_its_ancestors(var):
         bystander.wait()
 
 
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m utils.processes ARGS`, run from the repository, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "utils.processes", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
 def test_cli_says_nothing_when_nothing_is_left_and_explains_its_usage(var):
-    done = subprocess.run(
-        [sys.executable, "-m", "utils.processes", "stop", var, "none"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = cli("stop", var, "none")
     assert (done.returncode, done.stderr) == (0, "")
-    done = subprocess.run(
-        [sys.executable, "-m", "utils.processes", "kill"], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
+    done = cli("kill")
     assert done.returncode == 2 and "usage: python -m utils.processes stop VAR VALUE" in done.stderr
 
 
@@ -228,20 +227,12 @@ def test_cli_also_stops_what_a_marked_process_started_while_it_was_being_stopped
     )
     try:
         assert spawner.stdout.readline().strip() == "ready"
-        done = subprocess.run(
-            [sys.executable, "-m", "utils.processes", "stop", var, "run-2"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = cli("stop", var, "run-2")
         assert done.returncode == 0, done.stderr
         assert spawner.wait(timeout=10) == 0
         said = spawner.stdout.read().split()
-        assert said[0] == "spawned", said  # the newcomer was started after the shell's SIGTERM
-        newcomer = int(said[1])
-        assert not psutil.pid_exists(newcomer) or not processes.alive(psutil.Process(newcomer)), "the newcomer runs on"
-        assert processes.marked(var, "run-2") == []
+        assert said[:1] == ["spawned"], said  # the newcomer was started after the shell's SIGTERM
+        assert processes.marked(var, "run-2") == [], "the newcomer (marked too) runs on"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(spawner.pid, signal.SIGKILL)

@@ -98,7 +98,9 @@ def stop(procs: Sequence[psutil.Process], grace: float = 3.0) -> list[psutil.Pro
     return wait(left, grace)
 
 
-def stop_marked(var: str, value: str, spared: Iterable[psutil.Process] = (), rounds: int = 10):
+def stop_marked(
+    var: str, value: str, spared: Iterable[psutil.Process] = (), rounds: int = 10
+) -> tuple[int, list[psutil.Process]]:
     """Stop every process marked `var`=`value` but `spared`, looking again after each stop until a look finds none
     (at most `rounds` looks): a marked process can start another between a look and its signal (a build's make, a
     shell's loop), and that newcomer is marked too. Return (how many were stopped, those that could not be)."""
