@@ -30,3 +30,25 @@ def test_a_line_the_caller_printed_itself_holds_the_note_back(capsys):
             shown.touch()
             time.sleep(0.15)
     assert "busy:" not in capsys.readouterr().out
+
+
+def test_a_run_right_after_another_keeps_the_first_ones_pace(capsys):
+    # the first run's last line, then 1 s of its tail and of the cell between the runs: the second run's first note is
+    # due 2 s after that line (1 s into the second run), not 2 s after the second run's start (3 s of silence)
+    with heartbeat.stream(lambda line: True, what="first", every=2.0) as shown:
+        shown("epoch 2/2")
+        time.sleep(1.0)
+    quiet = time.monotonic()
+    with heartbeat.stream(False, every=2.0, says=lambda s: f"note {time.monotonic() - quiet:.2f} s in"):
+        time.sleep(2.3)
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note ")]
+    assert notes and float(notes[0].split()[1]) < 1.9, notes  # due at 1.0 s; the thread looks every 0.5 s
+
+
+def test_a_run_long_after_the_last_output_waits_a_whole_interval(capsys):
+    with heartbeat.stream(lambda line: True, every=0.2) as shown:
+        shown("a line")
+    time.sleep(0.8)
+    with heartbeat.stream(False, what="later", every=0.6):
+        time.sleep(0.3)
+    assert "later" not in capsys.readouterr().out

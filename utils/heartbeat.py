@@ -11,6 +11,11 @@ from collections.abc import Callable, Iterator
 #: under the course's limit of 15 s of silence.
 EVERY = 7.0
 
+#: When a stream last showed a line or printed its note (time.monotonic()): a stream that starts within `every`
+#: seconds of it goes on from there, so that two runs one after the other in a cell are not silent for the tail of
+#: the first (after its last line) plus a whole `every` of the second.
+_last_output = float("-inf")
+
 
 @contextlib.contextmanager
 def stream(
@@ -23,26 +28,29 @@ def stream(
     seconds a line that says how long `what` have run (or `says(seconds)`, where given)."""
     says = says or (lambda seconds: f"  ... {what}: {seconds:.0f} s, still running")
     select = show if callable(show) else (lambda line: bool(show))
-    began = last = time.monotonic()
+    began = time.monotonic()
+    last = _last_output if began - _last_output < every else began
     done = threading.Event()
 
-    def shown(line: str) -> bool:
+    def mark() -> None:  # something was shown now
+        global _last_output
         nonlocal last
+        last = _last_output = time.monotonic()
+
+    def shown(line: str) -> bool:
         if select(line):
-            last = time.monotonic()
+            mark()
             return True
         return False
 
     def note() -> None:
-        nonlocal last
         while not done.wait(min(0.5, every / 4)):
             if time.monotonic() - last >= every:
-                last = time.monotonic()
+                mark()
                 print(says(last - began) + "\n", end="", flush=True)
 
     def touch() -> None:  # a line the caller printed itself counts as shown
-        nonlocal last
-        last = time.monotonic()
+        mark()
 
     shown.touch = touch  # type: ignore[attr-defined]
     shown.speaks_for_itself = True  # type: ignore[attr-defined]  # utils.launch adds no note of its own
