@@ -2,7 +2,15 @@
 
 import time
 
+import pytest
+
 from utils import heartbeat
+
+
+@pytest.fixture(autouse=True)
+def _no_earlier_stream(monkeypatch):
+    """Each test starts as if no stream had run before it (a stream goes on from the last one's output)."""
+    monkeypatch.setattr(heartbeat, "_last_output", float("-inf"))
 
 
 def test_a_note_comes_while_nothing_is_shown_and_lines_are_selected(capsys):

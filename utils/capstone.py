@@ -677,10 +677,11 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         from utils import heartbeat
 
+        self._beat = heartbeat.stream(False, every=self.every, says=self.says)
+        shown = self._beat.__enter__()
         if self.what:  # the measurement's start is a line too: the silence between two measurements stays short
             print(f"  {self.what} ...", flush=True)
-        self._beat = heartbeat.stream(False, every=self.every, says=self.says)
-        self._beat.__enter__()
+            shown.touch()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -337,6 +337,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     args = ["--epochs", str(epochs), "--out", str(out)]
     try:
         with heartbeat.stream(False, f"{script.name} on {EXERCISE_WORKERS} workers") as quiet:
+            quiet.touch()  # the line above
             run = launch.launch_tf_workers(
                 script, EXERCISE_WORKERS, args=args + ["--batch-size", str(EXERCISE_BATCH)], timeout=300, stream=quiet
             )

@@ -11,10 +11,12 @@ from collections.abc import Callable, Iterator
 #: under the course's limit of 15 s of silence.
 EVERY = 7.0
 
-#: When a stream last showed a line or printed its note (time.monotonic()): a stream that starts within `every`
-#: seconds of it goes on from there, so that two runs one after the other in a cell are not silent for the tail of
-#: the first (after its last line) plus a whole `every` of the second.
+#: When a stream last showed a line or printed its note, or ended (time.monotonic()): a stream that starts within
+#: `every` seconds of it goes on from there, so that two runs one after the other in a cell are not silent for the
+#: tail of the first (after its last line) plus a whole `every` of the second. Its first note still waits at least
+#: FIRST_NOTE of its `every` (a line the cell printed between the two streams is not seen here).
 _last_output = float("-inf")
+FIRST_NOTE = 1 / 3
 
 
 @contextlib.contextmanager
@@ -26,10 +28,11 @@ def stream(
 ) -> Iterator[Callable[[str], bool]]:
     """The `stream` to give utils.launch: the lines `show` selects (False: none), and while none comes for `every`
     seconds a line that says how long `what` have run (or `says(seconds)`, where given)."""
+    global _last_output
     says = says or (lambda seconds: f"  ... {what}: {seconds:.0f} s, still running")
     select = show if callable(show) else (lambda line: bool(show))
     began = time.monotonic()
-    last = _last_output if began - _last_output < every else began
+    last = max(_last_output, began - every * (1 - FIRST_NOTE)) if began - _last_output < every else began
     done = threading.Event()
 
     def mark() -> None:  # something was shown now
@@ -61,3 +64,4 @@ def stream(
     finally:
         done.set()
         ticker.join()
+        _last_output = max(_last_output, last)  # a stream that showed nothing: the next one goes on from its start

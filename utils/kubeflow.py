@@ -937,10 +937,11 @@ def rehearse(
         if during is not None:
             watcher = threading.Thread(target=during, args=(lab,), daemon=True)
             watcher.start()
-        if stream:
-            print(_containers_start(runs, sshd, time.monotonic() - start), flush=True)
         try:
             with _heartbeat(stream) as shown:
+                if stream:
+                    print(_containers_start(runs, sshd, time.monotonic() - start), flush=True)
+                    shown.touch()
                 result = lab.run(
                     [_pod_command(p, max_restarts, state) for p in runs],
                     hosts=[pods.index(p) for p in runs],
