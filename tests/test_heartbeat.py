@@ -58,5 +58,16 @@ def test_a_run_long_after_the_last_output_waits_a_whole_interval(capsys):
         shown("a line")
     time.sleep(0.8)
     with heartbeat.stream(False, what="later", every=0.6):
-        time.sleep(0.3)
+        time.sleep(0.45)  # a stream that carried over anyway would note from 0.2 s (a third of its interval)
     assert "later" not in capsys.readouterr().out
+
+
+def test_a_carried_over_stream_still_waits_a_third_of_its_interval_before_its_first_note(capsys):
+    # the earlier line is 0.9 of an interval old when the second stream starts: carried over alone, its note would be
+    # due 0.15 s in; it waits until 0.5 s (a third of 1.5 s), and the stream ends at 0.4 s
+    with heartbeat.stream(lambda line: True, every=1.5) as shown:
+        shown("a line")
+        time.sleep(1.35)
+    with heartbeat.stream(False, what="second", every=1.5):
+        time.sleep(0.4)
+    assert "second" not in capsys.readouterr().out

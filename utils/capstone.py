@@ -677,11 +677,12 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         from utils import heartbeat
 
-        self._beat = heartbeat.stream(False, every=self.every, says=self.says)
-        shown = self._beat.__enter__()
         if self.what:  # the measurement's start is a line too: the silence between two measurements stays short
             print(f"  {self.what} ...", flush=True)
-            shown.touch()
+        self._beat = heartbeat.stream(False, every=self.every, says=self.says)
+        shown = self._beat.__enter__()
+        if self.what:
+            shown.touch()  # the line above: a stream that carries on from an earlier one must not note at once
         return self
 
     def __exit__(self, *exc) -> None:

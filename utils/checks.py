@@ -355,6 +355,7 @@ def check_mwms_script(script: str | Path, reference: str | Path | None = None, e
     if key not in _REFERENCE_WEIGHTS:  # one worker, global batch: computed once per session
         print("[MWMS script] now the reference: one worker with the global batch (once a session) ...", flush=True)
         with heartbeat.stream(False, "the reference, one worker") as quiet:
+            quiet.touch()  # the line above
             one = launch.launch_tf_workers(
                 reference,
                 1,

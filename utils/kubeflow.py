@@ -1044,13 +1044,14 @@ def rehearse_on_loopback(
         run_id = uuid.uuid4().hex
         for env in envs:
             env[launch.RUN_MARKER] = run_id
-        if stream:
-            print(
-                f"pods as processes of this machine, on loopback ({why}): {_containers_start(pods, [], None)}",
-                flush=True,
-            )
         try:
             with _heartbeat(stream) as shown:
+                if stream:
+                    print(
+                        f"pods as processes of this machine, on loopback ({why}): {_containers_start(pods, [], None)}",
+                        flush=True,
+                    )
+                    shown.touch()
                 result = launch.run_workers(
                     commands, envs, timeout=timeout, run_id=run_id, stream=shown, names=[p.name for p in pods]
                 )
