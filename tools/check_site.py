@@ -47,6 +47,9 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
+#: How long one browser step may take. Playwright's default is 30 s: in CI this check shares two cores with the
+#: JupyterLab check and the lessons run without root, and a full-page screenshot of lesson 03 took longer than that.
+PAGE_TIMEOUT_MS = 180_000
 #: The longest core path a lesson page may have (the page without its deep dives), in screens of each size. On a
 #: phone (390 x 844) a reader of the course found lessons of 47 and 56 screens too long to work through; a lesson
 #: past either limit moves a section into a deep dive, or code into utils. The desktop limit dates from the pages
@@ -152,6 +155,17 @@ def keep_local(outside: list[str], route) -> None:
     else:
         outside.append(route.request.url)
         route.abort()
+
+
+def screenshot(page, path: Path) -> None:
+    """Save the whole page as a JPEG (a lesson is up to 65 screens long: a PNG of it takes twice as long to encode).
+    The picture is for a person to look at, not a check: if the browser fails to take it, say so and go on."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    try:
+        page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80, timeout=PAGE_TIMEOUT_MS)
+    except PlaywrightError as err:
+        print(f"[site] {path.name}: no screenshot ({str(err).splitlines()[0]}); the checks go on")
 
 
 def check_page(page, url: str, problems: list[str]) -> tuple[str, int]:
@@ -260,6 +274,7 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_FLAGS)
             for size, (width, height) in SIZES.items():
                 context = browser.new_context(viewport={"width": width, "height": height})
+                context.set_default_timeout(PAGE_TIMEOUT_MS)
                 outside: list[str] = []
                 context.route("**/*", functools.partial(keep_local, outside))
                 for stem, url, notebook in pages:
@@ -295,7 +310,7 @@ def main() -> None:
                         stuck = navigation_opens(page)  # once: every page has the same header
                         if stuck:
                             problems.append(f"{stem} at {width} px: {stuck} (tools/build_site.py's JS passes it on)")
-                    page.screenshot(path=str(shots / f"{stem}.{size}.png"), full_page=True)
+                    screenshot(page, shots / f"{stem}.{size}.jpeg")
                     page.close()
                     if size != "desktop":
                         continue
