@@ -9,7 +9,9 @@ dataset, `strategy.run` for one step on every replica, `strategy.reduce` for the
 per replica: the strategy makes one replica per device a worker trains on, so on CPU (one replica per
 worker, as here) it is the per-worker batch of train_horovod.py, and a worker with 8 GPUs takes 8 such
 batches per step; --lr is the single-replica rate, scaled by the number of replicas after a warm-up. In a SageMaker job the cluster comes from SM_HOSTS and SM_CURRENT_HOST
-(utils.job). Prints one line per epoch (the chief) and a line `RESULT {json}` per worker.
+(utils.job). --precision mixed_bfloat16 trains with lesson 06's mixed policy: bfloat16 computation on GPUs with
+bfloat16 tensor cores (A100 and later), float32 variables, and no loss scaling (bfloat16 has float32's range).
+Prints one line per epoch (the chief) and a line `RESULT {json}` per worker.
 """
 
 import argparse
@@ -40,6 +42,7 @@ parser.add_argument("--warmup-epochs", type=float, default=1.0)  # MWMS: warm-up
 parser.add_argument("--die-at-epoch", type=int, default=0)  # for the fault-tolerance demonstration
 parser.add_argument("--collective", default="AUTO", choices=["AUTO", "RING", "NCCL"])  # MWMS: all-reduce
 parser.add_argument("--bytes-per-pack", type=int, default=0)  # MWMS: 0 = one pack of all gradients
+parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"])  # lesson 06
 args = job.parse(parser)  # SageMaker: hyperparameters also come from SM_HPS
 paths = job.job_paths(args.checkpoint_dir)  # SageMaker: data and folders of a job
 
@@ -74,6 +77,7 @@ train = strategy.experimental_distribute_dataset(
 val = strategy.experimental_distribute_dataset(data.to_dataset(splits.x_val, splits.y_val, 1024 * replicas))
 steps_per_epoch = len(x_train) // GLOBAL_BATCH
 
+keras.config.set_dtype_policy(args.precision)  # lesson 06: the precision policy of every layer built below
 # MWMS: variables created inside the scope are mirrored on every worker and kept identical.
 with strategy.scope():
     net = model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed)

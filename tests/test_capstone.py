@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from utils import capstone as cap
-from utils import data
+from utils import data, paths
 from utils import sagemaker_job as sj
 
 # ----------------------------------------------------------------------------------------------------
@@ -581,3 +581,32 @@ def test_a_request_on_a_type_the_job_file_lacks_is_validated():
         assert request["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
         with pytest.raises(ValueError, match="GPU"):
             cap.request_on_type(job, aws, "ml.g6e.12xlarge")
+
+
+def test_the_rows_sized_at_a_mixed_precision_speed_are_the_ones_whose_job_trains_mixed():
+    """A row whose size moves with the A100/H100 speed (NVIDIA's mixed-precision figures) must train with
+    train_mwms.py's --precision: a job in float32 would run at TF32's speed and miss what it was sized for."""
+    from utils import prices
+
+    types = ("ml.p3.2xlarge", "ml.g6e.12xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge")
+    price = {t: prices.price(t) for t in types}
+    lines = {"horovod": 30, "mwms": 20, "precision": 2}
+    layers = cap.Fleet.layers_of("ResNet-50 v1.5")
+
+    def rows(x: float) -> dict:
+        made = cap.today_choices(cap.Workload(), 1e8, 0.9, price, {"A100": x, "H100": 2 * x}, lines, 2.5, layers)
+        return {c.key: c for c in made}
+
+    slow, fast = rows(3.0), rows(6.0)
+    moved = {
+        k
+        for k in slow
+        if slow[k].speedup != fast[k].speedup
+        or (slow[k].fleet is not None and slow[k].fleet.speedup != fast[k].fleet.speedup)
+    }
+    assert moved == {"A", "G", "H", "I"}
+    assert all(fast[k].precision == cap.MIXED for k in moved)
+    assert all(fast[k].precision == "float32" for k in ("B", "E"))  # V100s, sized from a float32 step
+    assert fast["G"].lines == fast["E"].lines + lines["precision"]  # the same script, plus the precision lines
+    script = (paths.SCRIPTS / "train_mwms.py").read_text()
+    assert re.search(r'"--precision".*choices=\[[^]]*"' + cap.MIXED + '"', script), "the script takes the policy"

@@ -241,6 +241,7 @@ import signal
 hvd.init()
 args = job.parse(parser)  # SageMaker: hyperparameters
 parser.add_argument("--die-at-epoch", type=int)
+keras.config.set_dtype_policy(args.precision)
 net = wrap(
     build()
 )
@@ -252,6 +253,7 @@ def test_code_change_sorts_the_added_lines():
     change = scenario.code_change(SINGLE, DISTRIBUTED)
     assert change["demonstration"] == ["import signal", 'parser.add_argument("--die-at-epoch", type=int)']
     assert change["SageMaker"] == ["args = job.parse(parser)  # SageMaker: hyperparameters"]
+    assert change["precision"] == ["keras.config.set_dtype_policy(args.precision)"]  # not counted as distribution
     # named lines, then the lines of a change that name nothing (they belong to the change around them)
     assert change["Horovod"] == [
         "import horovod.tensorflow as hvd",

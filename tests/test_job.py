@@ -34,6 +34,21 @@ def test_sm_hps_gives_typed_defaults_and_the_command_line_wins():
     assert args.epochs == 2 and args.batch_size == 256 and isinstance(args.batch_size, int)
 
 
+def test_a_hyperparameter_outside_its_choices_fails_from_sm_hps_as_on_the_command_line(capsys):
+    """argparse checks `choices` on the command line but not on a default, which is where SM_HPS goes: a job would
+    have passed the check locally and failed on SageMaker, whose launch passes hyperparameters as arguments."""
+    parser = _parser()
+    parser.add_argument("--precision", default="float32", choices=["float32", "mixed_bfloat16"])
+    assert job.parse(parser, [], env={"SM_HPS": json.dumps({"precision": "mixed_bfloat16"})}).precision == (
+        "mixed_bfloat16"
+    )
+    for argv, env in (([], {"SM_HPS": json.dumps({"precision": "mixed_float16"})}), (["--precision=fp8"], {})):
+        with pytest.raises(SystemExit) as stopped:
+            job.parse(parser, argv, env=env)
+        assert stopped.value.code == 2
+        assert "argument --precision: invalid choice:" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("bad", ["{not json", "[1, 2]"])
 def test_bad_sm_hps_says_what_it_should_be(bad):
     with pytest.raises(ValueError, match="SM_HPS"):

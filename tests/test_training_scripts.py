@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import zipfile
 
+import numpy as np
 import portpicker
 import pytest
 
@@ -17,7 +19,9 @@ SCRIPTS = paths.SCRIPTS
 
 
 def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path):
-    """One process per "host", each with SM_HOSTS and its own SM_CURRENT_HOST, and no TF_CONFIG: as in a job."""
+    """One process per "host", each with SM_HOSTS and its own SM_CURRENT_HOST, and no TF_CONFIG: as in a job. Its
+    hyperparameters include lesson 08's mixed precision: the saved model's layers compute in bfloat16 (its weights stay
+    float32), its loss is finite, and both workers still end with the same weights."""
     channel, model_dir = tmp_path / "input" / "train", tmp_path / "model"
     channel.mkdir(parents=True)
     model_dir.mkdir()
@@ -28,7 +32,7 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
         "MWMS_BASE_PORT": str(base),
         "SM_CHANNEL_TRAIN": str(channel),
         "SM_MODEL_DIR": str(model_dir),
-        "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256}),
+        "SM_HPS": json.dumps({"epochs": 1, "batch_size": 256, "precision": "mixed_bfloat16"}),
     }
     base_env = launch.worker_env(1)  # one run: both processes carry the same marker
     envs = [{**base_env, **common, "SM_CURRENT_HOST": host, "TF_CONFIG": ""} for host in ("localhost", "127.0.0.1")]
@@ -46,6 +50,11 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
     assert ranks[0]["weights_sha256"] == ranks[1]["weights_sha256"]  # bit-identical weights
     assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
     assert (model_dir / "forecaster.keras").exists()  # the chief saved the model for deployment
+    with zipfile.ZipFile(model_dir / "forecaster.keras") as saved:
+        layers = json.loads(saved.read("config.json"))["config"]["layers"]
+    policies = {layer["name"]: layer["config"]["dtype"] for layer in layers}  # a policy, or a dtype's name
+    assert all(policies[n]["config"]["name"] == "mixed_bfloat16" for n in ("hidden_0", "next_hours")), policies
+    assert all(np.isfinite(r["loss"]).all() for r in ranks)
 
 
 def _run_single(args: list[str]) -> tuple[int, str]:

@@ -583,6 +583,9 @@ class Choice:
     only: int | None = None  # 1 for "one instance"
     speedup: float | None = None  # for a single GPU (row A)
     ec2_usd: float | None = None  # the EC2 on-demand price an estimate was made from (to vary the ratio)
+    precision: str = (
+        "float32"  # the policy its job trains with (train_mwms.py's --precision): the speed it was sized at
+    )
 
 
 def option_rows(
@@ -715,6 +718,11 @@ def request_on_type(config, aws, instance_type: str) -> dict:
     return request
 
 
+#: The mixed-precision policy of the rows sized with NVIDIA's mixed-precision figures (train_mwms.py's --precision):
+#: bfloat16, which A100s and H100s compute at float16's tensor-core rate and which needs no loss scaling.
+MIXED = "mixed_bfloat16"
+
+
 def today_choices(
     work: Workload,
     grad_bytes: float,
@@ -727,30 +735,31 @@ def today_choices(
 ) -> list[Choice]:
     """Lesson 08's options on today's instances. `price`: a prices.Price by ml. type (ml.p3.2xlarge, ml.g6e.12xlarge,
     ml.p4d.24xlarge, ml.p5.48xlarge); `speedups`: one GPU against today's V100 in float32 ("A100", "H100");
-    `lines`: the lines each script adds to the single-worker one ("horovod" with its bridge, "mwms"); `p3_gbps`:
-    the one-GPU machines' link; `layers`: the job's layers (Fleet.layers_of), for the per-layer overlap. Inside one
-    instance the MWMS script mirrors over all its GPUs, and mixed precision adds lesson 06's dtype line."""
+    `lines`: the lines each script adds to the single-worker one ("horovod" with its bridge, "mwms"), and "precision"
+    the MWMS script's lines for lesson 06's mixed precision; `p3_gbps`: the one-GPU machines' link; `layers`: the
+    job's layers (Fleet.layers_of), for the per-layer overlap. Inside one instance the MWMS script mirrors over all
+    its GPUs. The rows sized with a mixed-precision speed (A, F, G, H, I) train with MIXED, the rest in float32."""
     from utils import prices
 
     ec2 = {t: prices.ec2_price(t.removeprefix("ml.")).usd_per_hour for t in price}
     need = work.training_hours / (4 * work.budget_hours * efficiency)  # per L40S to meet the hour, before the allreduce
-    mixed = lines["mwms"] + 1
+    mixed = lines["mwms"] + lines["precision"]
 
     def fleet(t: str, x: float = 1.0, gbps: float | None = None) -> Fleet:
         return Fleet(t, grad_bytes, speedup=x, efficiency=efficiency, network_gbps=gbps, layers=layers)
 
     def on(t: str, key: str, name: str, x: float, infra: str, risks: str, **kw) -> Choice:
-        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], **kw)
+        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], precision=MIXED, **kw)
 
     p3, p3_price = fleet("ml.p3.2xlarge", 1.0, p3_gbps), price["ml.p3.2xlarge"]
     one_gpu = "one V100 per instance, ENA"
     return [
-        Choice("A", "one faster GPU (A100, mixed)", None, None, 1, "a new type", "no 1-GPU A100", speedup=speedups["A100"]),
+        Choice("A", "one faster GPU (A100, mixed)", None, None, lines["precision"], "a new type", "no 1-GPU A100", speedup=speedups["A100"], precision=MIXED),
         Choice("B", "Horovod, ml.p3.2xlarge (source)", p3, p3_price, lines["horovod"], one_gpu, "Horovod: 2023", ec2_usd=ec2["ml.p3.2xlarge"]),
         Choice("C", "SageMaker DeepAR", None, None, None, "built-in algorithm", "another model; not incremental"),
         Choice("D", "Amazon EMR", None, None, None, "a Spark cluster", "still needs B's or E's code"),
         Choice("E", "MWMS, ml.p3.2xlarge", p3, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"]),
-        Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"]),
+        Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"], precision=MIXED),
         on("ml.p4d.24xlarge", "G", "one ml.p4d.24xlarge (8 A100)", speedups["A100"], "NVSwitch inside", "no network", only=1),
         on("ml.p5.48xlarge", "H", "one ml.p5.48xlarge (8 H100)", speedups["H100"], "NVSwitch inside", "no network", only=1),
         on("ml.p4d.24xlarge", "I", "ml.p4d.24xlarge over EFA", speedups["A100"], "EFA between", "several instances", at_least=2),

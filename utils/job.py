@@ -46,7 +46,8 @@ def sagemaker_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) 
 def parse(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 ) -> argparse.Namespace:
-    """Parse `argv` over defaults from SM_HPS; options the script does not know are reported, not fatal.
+    """Parse `argv` over defaults from SM_HPS; options the script does not know are reported, not fatal; a value
+    outside an option's `choices` exits with argparse's usage line, wherever it came from.
 
     SageMaker adds arguments of its own to some containers (e.g. `--model_dir s3://...`): a script
     that rejected them could not run there unchanged.
@@ -57,6 +58,15 @@ def parse(
     args, unknown = parser.parse_known_args(dashed(argv))
     if unknown:
         print(f"ignoring arguments this script does not use: {' '.join(unknown)}", file=sys.stderr, flush=True)
+    # argparse checks `choices` on the command line only, not on a default: a value from SM_HPS is checked here, as
+    # SageMaker's own launch (hyperparameters passed as arguments) would have argparse check it.
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        if action.choices is not None and value is not None and value not in action.choices:
+            allowed = ", ".join(repr(c) for c in action.choices)
+            parser.error(
+                f"argument {'/'.join(action.option_strings)}: invalid choice: {value!r} (choose from {allowed})"
+            )
     return args
 
 

@@ -117,6 +117,7 @@ def communication_limit_seconds(steps: float, grad_bytes: float, link_bytes_per_
 #: How `code_change` sorts an added line, tried in this order: (category, pattern searched in the line).
 CHANGE_KINDS = (
     ("demonstration", r"die[-_]|KILLED|SIGKILL|\bsignal\b|self\.epoch|\bdatetime\b"),  # datetime: when it was killed
+    ("precision", r"\bprecision\b|dtype_policy"),  # lesson 06's mixed precision, a hyperparameter
     ("Horovod", r"\bhvd\b|Horovod"),
     ("SageMaker", r"SageMaker|\bjob\.|\bpaths\.|\bSM_"),
 )
@@ -125,9 +126,9 @@ CHANGE_KINDS = (
 def code_change(single: str, distributed: str) -> dict[str, list[str]]:
     """The lines `distributed` adds to `single` (blank lines and the module docstring aside), by kind.
 
-    Kinds: "demonstration" (the course's fault-injection lines), "Horovod", "SageMaker" (job paths and
-    hyperparameters), tried in that order on each line; an added line that names none of them (a bracket,
-    an import) belongs to the change around it, counted as Horovod. Also "removed": lines taken out.
+    Kinds: "demonstration" (the course's fault-injection lines), "precision" (lesson 06's mixed precision), "Horovod",
+    "SageMaker" (job paths and hyperparameters), tried in that order on each line; an added line that names none of
+    them (a bracket, an import) belongs to the change around it, counted as Horovod. Also "removed": lines taken out.
     """
     import ast
     import difflib
