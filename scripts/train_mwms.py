@@ -9,8 +9,9 @@ dataset, `strategy.run` for one step on every replica, `strategy.reduce` for the
 per replica: the strategy makes one replica per device a worker trains on, so on CPU (one replica per
 worker, as here) it is the per-worker batch of train_horovod.py, and a worker with 8 GPUs takes 8 such
 batches per step; --lr is the single-replica rate, scaled by the number of replicas after a warm-up. In a SageMaker job the cluster comes from SM_HOSTS and SM_CURRENT_HOST
-(utils.job). --precision mixed_bfloat16 trains with lesson 06's mixed policy: bfloat16 computation on GPUs with
-bfloat16 tensor cores (A100 and later), float32 variables, and no loss scaling (bfloat16 has float32's range).
+(utils.job). --precision mixed_bfloat16 builds the model as lesson 06 does (utils.precision.build_forecaster):
+bfloat16 computation on GPUs with bfloat16 tensor cores (A100 and later), float32 variables and a float32 output,
+and no loss scaling (bfloat16 has float32's range; mixed_float16 is not offered: this loop does not scale the loss).
 Prints one line per epoch (the chief) and a line `RESULT {json}` per worker.
 """
 
@@ -26,7 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from utils import checkpoint, data, job, model, tracking
+from utils import checkpoint, data, job, model, precision, tracking
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=5)
@@ -77,10 +78,9 @@ train = strategy.experimental_distribute_dataset(
 val = strategy.experimental_distribute_dataset(data.to_dataset(splits.x_val, splits.y_val, 1024 * replicas))
 steps_per_epoch = len(x_train) // GLOBAL_BATCH
 
-keras.config.set_dtype_policy(args.precision)  # lesson 06: the precision policy of every layer built below
 # MWMS: variables created inside the scope are mirrored on every worker and kept identical.
 with strategy.scope():
-    net = model.build_forecaster(width=args.width, depth=args.depth, seed=args.seed)
+    net = precision.build_forecaster(args.precision, width=args.width, depth=args.depth, seed=args.seed)  # lesson 06
     model.compile_forecaster(net, learning_rate=args.lr, optimizer=args.optimizer)
     optimizer = net.optimizer
     optimizer.build(net.trainable_variables)

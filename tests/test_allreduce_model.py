@@ -261,6 +261,34 @@ def test_per_layer_overlap_by_hand():
     assert am.overlap_step(3.0, [4, 2, 2], send, overhead_seconds=0.5).seconds == pytest.approx(6.5)
 
 
+def test_tensorflows_packs_by_hand():
+    # the same step as above: layers of 4, 2 and 2 bytes ready at 2.0, 2.5 and 3.0 s, 0.5 s a byte
+    send = lambda nbytes: 0.5 * nbytes
+    # packs of more than 3 bytes close: [4], then [2, 2]; the second leaves when its last layer is ready (3.0) and
+    # the first is done (4.0): 2.0-4.0, 4.0-6.0
+    packed = am.overlap_step(3.0, [4, 2, 2], send, backward_share=2 / 3, fusion=am.Packs("x", 3))
+    assert [v for b in packed.buffers for v in b[:2]] == pytest.approx([2.0, 4.0, 4.0, 4.0])
+    assert packed.seconds == pytest.approx(6.0)
+    # bytes_per_pack 0 (TensorFlow's default): one pack of all, sent once the last gradient is ready: 3.0-7.0
+    one = am.overlap_step(3.0, [4, 2, 2], send, backward_share=2 / 3, fusion=am.Packs("x", 0))
+    assert len(one.buffers) == 1 and one.buffers[0][0] == pytest.approx(3.0) and one.seconds == pytest.approx(7.0)
+
+
+def test_tf_packs_group_as_tensorflows_own_function():
+    """tf_packs against TensorFlow's cross_device_utils.group_by_size, on ResNet-50's layers in backward order."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import cross_device_utils
+
+    sizes = [int(b) for b in am.layer_gradients("ResNet-50 v1.5").gradient_bytes]
+    tensors = [tf.zeros([b // 4], tf.float32) for b in sizes]  # float32: 4 bytes a value
+    for bytes_per_pack in (0, 1, 4 * 2**20, 25 * 2**20, 50 * 2**20, 10**12):
+        theirs = cross_device_utils.group_by_size(tensors, bytes_per_pack)
+        ours = am.tf_packs(sizes, bytes_per_pack)
+        assert [len(p) for p in ours] == [len(p) for p in theirs], bytes_per_pack
+    with pytest.raises(ValueError, match="at least 0"):
+        am.tf_packs(sizes, -1)
+
+
 def test_a_row_above_the_ceiling_is_never_a_hit():
     import pandas as pd
 

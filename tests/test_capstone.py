@@ -583,9 +583,10 @@ def test_a_request_on_a_type_the_job_file_lacks_is_validated():
             cap.request_on_type(job, aws, "ml.g6e.12xlarge")
 
 
-def test_the_rows_sized_at_a_mixed_precision_speed_are_the_ones_whose_job_trains_mixed():
+def test_each_rows_job_runs_as_the_row_assumes_in_mixed_precision_and_with_tensorflows_packs():
     """A row whose size moves with the A100/H100 speed (NVIDIA's mixed-precision figures) must train with
-    train_mwms.py's --precision: a job in float32 would run at TF32's speed and miss what it was sized for."""
+    train_mwms.py's --precision: a job in float32 would run at TF32's speed and miss what it was sized for. The MWMS
+    rows' jobs set packs (--bytes-per-pack) that overlap the backward pass, where TensorFlow's default does not."""
     from utils import prices
 
     types = ("ml.p3.2xlarge", "ml.g6e.12xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge")
@@ -610,3 +611,10 @@ def test_the_rows_sized_at_a_mixed_precision_speed_are_the_ones_whose_job_trains
     assert fast["G"].lines == fast["E"].lines + lines["precision"]  # the same script, plus the precision lines
     script = (paths.SCRIPTS / "train_mwms.py").read_text()
     assert re.search(r'"--precision".*choices=\[[^]]*"' + cap.MIXED + '"', script), "the script takes the policy"
+    # the MWMS rows' jobs set TensorFlow's packs; one pack (TensorFlow's default) leaves nothing to overlap
+    assert {k for k, c in fast.items() if c.pack_bytes} == {"E", "F", "G", "H", "I"}
+    assert all(fast[k].pack_bytes == cap.MWMS_PACK_BYTES for k in "EFGHI") and '"--bytes-per-pack"' in script
+    p3 = fast["E"].fleet
+    assert p3.packed(0).step(8)[0] > p3.packed(cap.MWMS_PACK_BYTES).step(8)[0] > p3.step(8)[0] * 0.95
+    with pytest.raises(ValueError, match="layers"):
+        cap.Fleet("ml.p3.2xlarge", 1e8).packed(0)

@@ -21,7 +21,7 @@ SCRIPTS = paths.SCRIPTS
 def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path):
     """One process per "host", each with SM_HOSTS and its own SM_CURRENT_HOST, and no TF_CONFIG: as in a job. Its
     hyperparameters include lesson 08's mixed precision: the saved model's layers compute in bfloat16 (its weights stay
-    float32), its loss is finite, and both workers still end with the same weights."""
+    float32) up to lesson 06's float32 output, its loss is finite, and both workers still end with the same weights."""
     channel, model_dir = tmp_path / "input" / "train", tmp_path / "model"
     channel.mkdir(parents=True)
     model_dir.mkdir()
@@ -54,6 +54,7 @@ def test_mwms_script_builds_its_cluster_from_the_sagemaker_environment(tmp_path)
         layers = json.loads(saved.read("config.json"))["config"]["layers"]
     policies = {layer["name"]: layer["config"]["dtype"] for layer in layers}  # a policy, or a dtype's name
     assert all(policies[n]["config"]["name"] == "mixed_bfloat16" for n in ("hidden_0", "next_hours")), policies
+    assert policies["output_float32"]["config"]["name"] == "float32", policies  # lesson 06's float32 output
     assert all(np.isfinite(r["loss"]).all() for r in ranks)
 
 

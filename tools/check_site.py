@@ -50,6 +50,7 @@ SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
 #: How long one browser step may take. Playwright's default is 30 s: in CI this check shares two cores with the
 #: JupyterLab check and the lessons run without root, and a full-page screenshot of lesson 03 took longer than that.
 PAGE_TIMEOUT_MS = 180_000
+JPEG_MAX_PX = 65_500  # a JPEG is at most 65,535 pixels high
 #: The longest core path a lesson page may have (the page without its deep dives), in screens of each size. On a
 #: phone (390 x 844) a reader of the course found lessons of 47 and 56 screens too long to work through; a lesson
 #: past either limit moves a section into a deep dive, or code into utils. The desktop limit dates from the pages
@@ -157,15 +158,18 @@ def keep_local(outside: list[str], route) -> None:
         route.abort()
 
 
-def screenshot(page, path: Path) -> None:
-    """Save the whole page as a JPEG (a lesson is up to 65 screens long; idle here, lesson 03's took 5.8 s, its PNG 6.7).
-    The picture is for a person to look at, not a check: if the browser fails to take it, say so and go on."""
-    from playwright.sync_api import Error as PlaywrightError
+def screenshot(page, shots: Path, name: str) -> None:
+    """Save the whole page as a JPEG (a lesson is up to 65 screens long; idle here, lesson 03's took 5.8 s, its PNG 6.7),
+    or as a PNG where the page is taller than a JPEG can be. The picture is for a person to look at, not a check: one
+    that times out on a busy machine is reported and the checks go on; any other browser error stops the check."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    tall = page.evaluate("document.documentElement.scrollHeight") > JPEG_MAX_PX
+    path = shots / f"{name}.{'png' if tall else 'jpeg'}"
     try:
-        page.screenshot(path=str(path), full_page=True, type="jpeg", quality=80, timeout=PAGE_TIMEOUT_MS)
-    except PlaywrightError as err:
-        print(f"[site] {path.name}: no screenshot ({str(err).splitlines()[0]}); the checks go on")
+        page.screenshot(path=str(path), full_page=True, **({} if tall else {"type": "jpeg", "quality": 80}))
+    except PlaywrightTimeout as err:
+        print(f"[site] {path.name}: no screenshot ({(str(err).splitlines() or ['timed out'])[0]}); the checks go on")
 
 
 def check_page(page, url: str, problems: list[str]) -> tuple[str, int]:
@@ -310,7 +314,7 @@ def main() -> None:
                         stuck = navigation_opens(page)  # once: every page has the same header
                         if stuck:
                             problems.append(f"{stem} at {width} px: {stuck} (tools/build_site.py's JS passes it on)")
-                    screenshot(page, shots / f"{stem}.{size}.jpeg")
+                    screenshot(page, shots, f"{stem}.{size}")
                     page.close()
                     if size != "desktop":
                         continue

@@ -705,6 +705,41 @@ UNFUSED = Fusion("one allreduce per gradient", 0, 0.0, False, "no fusion buffer,
 
 
 @dataclass(frozen=True)
+class Packs:
+    """How TensorFlow's MultiWorkerMirroredStrategy hands a step's gradients to its collectives: all at once, in the
+    order the backward pass computes them (it reverses the list of variables "so that there's better chance that
+    values follows the order in which they are calculated"), grouped into packs that each close once they hold more
+    than `bytes_per_pack` (0: one pack of every gradient), each pack one allreduce, launched in order. Unlike
+    Horovod's cycle (Fusion), the packs are fixed before the step: a pack leaves once its last gradient is ready."""
+
+    label: str
+    bytes_per_pack: float
+    source: str = (
+        "tensorflow/python/distribute/cross_device_ops.py (CollectiveAllReduce: dense_values.reverse(), then "
+        "cross_device_utils.group_by_size) and collective_util.py (CommunicationOptions.bytes_per_pack), TF 2.21"
+    )
+
+
+def tf_packs(layer_bytes, bytes_per_pack: float) -> list[list[int]]:
+    """The layers (indices into `layer_bytes`, in backward order) of each pack, grouped as TensorFlow's
+    cross_device_utils.group_by_size groups them: a new pack starts after one that holds more than `bytes_per_pack`."""
+    sizes = [float(b) for b in layer_bytes]
+    if bytes_per_pack < 0:
+        raise ValueError(f"bytes_per_pack is at least 0 (0: one pack), got {bytes_per_pack}")
+    if bytes_per_pack == 0:
+        return [list(range(len(sizes)))]
+    packs: list[list[int]] = []
+    held = 0.0
+    for i, size in enumerate(sizes):
+        if not packs or held > bytes_per_pack:
+            packs.append([])
+            held = 0.0
+        packs[-1].append(i)
+        held += size
+    return packs
+
+
+@dataclass(frozen=True)
 class OverlapStep:
     """One synchronous step under the per-layer overlap model."""
 
@@ -730,7 +765,7 @@ def overlap_step(
     allreduce,
     layer_work=None,
     backward_share: float = BACKWARD_SHARE,
-    fusion: Fusion = UNFUSED,
+    fusion: Fusion | Packs = UNFUSED,
     overhead_seconds: float = 0.0,
 ) -> OverlapStep:
     """The per-layer overlap model, the course's one model of a step that overlaps its allreduce with the backward
@@ -741,9 +776,11 @@ def overlap_step(
     proportion to `layer_work` (their multiply-adds; by default their bytes, which is the same for dense layers), and
     a layer's gradient is ready when its share ends. The library's background cycle (`fusion`) wakes, takes every
     gradient ready by then, packs them in order into buffers of at most `fusion.fusion_bytes` (a larger gradient goes
-    alone) and allreduces the buffers one after the other: `allreduce(nbytes)` gives the seconds of one. The step
-    ends when the computation and the last allreduce have both finished; `overhead_seconds` is added (what the
-    framework costs a step beyond that, measured where the link costs nothing)."""
+    alone) and allreduces the buffers one after the other: `allreduce(nbytes)` gives the seconds of one. With
+    `fusion` a Packs (TensorFlow's MultiWorkerMirroredStrategy), the packs are fixed (tf_packs) and each is allreduced
+    once its last gradient is ready and the one before it is done. The step ends when the computation and the last
+    allreduce have both finished; `overhead_seconds` is added (what the framework costs a step beyond that, measured
+    where the link costs nothing)."""
     sizes = np.asarray(layer_bytes, dtype=float)
     work = sizes if layer_work is None else np.asarray(layer_work, dtype=float)
     if not compute_seconds > 0 or sizes.size == 0 or np.any(sizes < 0) or work.shape != sizes.shape:
@@ -756,6 +793,15 @@ def overlap_step(
         raise ValueError(f"backward_share lies in [0, 1] and overhead_seconds is at least 0; got {backward_share}")
     start = (1 - backward_share) * compute_seconds
     ready = start + backward_share * compute_seconds * np.cumsum(work) / work.sum()
+    if isinstance(fusion, Packs):
+        buffers, free = [], 0.0
+        for pack in tf_packs(sizes, fusion.bytes_per_pack):
+            t, size = max(free, float(ready[pack[-1]])), float(sizes[pack].sum())
+            seconds = float(allreduce(size))
+            buffers.append((t, size, seconds))
+            free = t + seconds
+        step = max(compute_seconds, free) + overhead_seconds
+        return OverlapStep(float(compute_seconds), float(step), tuple(buffers), float(overhead_seconds))
     cycle, limit = float(fusion.cycle_seconds), float(fusion.fusion_bytes)
     buffers, free, last_wake, i = [], 0.0, 0.0, 0
     while i < sizes.size:

@@ -529,6 +529,15 @@ class Fleet:
         )
         return step.seconds, comm
 
+    def packed(self, bytes_per_pack: float) -> Fleet:
+        """This fleet with TensorFlow's MultiWorkerMirroredStrategy packs of `bytes_per_pack` (0: one pack) in place
+        of Horovod's cycle (allreduce_model.Packs); it needs `layers`."""
+        from utils import allreduce_model as am
+
+        if self.layers is None:
+            raise ValueError("TensorFlow's packs are of the layers' gradients: give the fleet its layers")
+        return replace(self, fusion=am.Packs(f"TensorFlow's packs of {bytes_per_pack / 2**20:g} MiB", bytes_per_pack))
+
     @staticmethod
     def layers_of(model: str) -> tuple[tuple[float, float], ...]:
         """`layers` for one of data/keras_layer_gradients.csv's models, in backward order."""
@@ -583,9 +592,8 @@ class Choice:
     only: int | None = None  # 1 for "one instance"
     speedup: float | None = None  # for a single GPU (row A)
     ec2_usd: float | None = None  # the EC2 on-demand price an estimate was made from (to vary the ratio)
-    precision: str = (
-        "float32"  # the policy its job trains with (train_mwms.py's --precision): the speed it was sized at
-    )
+    precision: str = "float32"  # the policy its job trains with (train_mwms.py's --precision)
+    pack_bytes: int | None = None  # MWMS rows: the packs its job allreduces (train_mwms.py's --bytes-per-pack)
 
 
 def option_rows(
@@ -721,6 +729,10 @@ def request_on_type(config, aws, instance_type: str) -> dict:
 #: The mixed-precision policy of the rows sized with NVIDIA's mixed-precision figures (train_mwms.py's --precision):
 #: bfloat16, which A100s and H100s compute at float16's tensor-core rate and which needs no loss scaling.
 MIXED = "mixed_bfloat16"
+#: The packs the MWMS rows' jobs allreduce (train_mwms.py's --bytes-per-pack; TensorFlow's default, 0, is one pack of
+#: every gradient, sent once the backward pass has ended). Lesson 08 compares pack sizes in the course's model: 4 MiB
+#: packs of ResNet-50's gradients come near Horovod's cycle, which sizes the rows; one pack is far slower.
+MWMS_PACK_BYTES = 4 * 2**20
 
 
 def today_choices(
@@ -738,7 +750,10 @@ def today_choices(
     `lines`: the lines each script adds to the single-worker one ("horovod" with its bridge, "mwms"), and "precision"
     the MWMS script's lines for lesson 06's mixed precision; `p3_gbps`: the one-GPU machines' link; `layers`: the
     job's layers (Fleet.layers_of), for the per-layer overlap. Inside one instance the MWMS script mirrors over all
-    its GPUs. The rows sized with a mixed-precision speed (A, F, G, H, I) train with MIXED, the rest in float32."""
+    its GPUs. The rows sized with a mixed-precision speed (A, G, H, I) train with MIXED, and so would F (no L40S figure
+    sizes it); B and E, sized from the V100's float32 step, train in float32. Every row with a fleet is sized with
+    Horovod's cycle (allreduce_model.HOROVOD_NOW); the MWMS rows' jobs (E to I) allreduce TensorFlow's packs of
+    MWMS_PACK_BYTES, which lesson 08 compares with it (allreduce_model.Packs)."""
     from utils import prices
 
     ec2 = {t: prices.ec2_price(t.removeprefix("ml.")).usd_per_hour for t in price}
@@ -749,7 +764,8 @@ def today_choices(
         return Fleet(t, grad_bytes, speedup=x, efficiency=efficiency, network_gbps=gbps, layers=layers)
 
     def on(t: str, key: str, name: str, x: float, infra: str, risks: str, **kw) -> Choice:
-        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], precision=MIXED, **kw)
+        mwms = {"precision": MIXED, "pack_bytes": MWMS_PACK_BYTES}
+        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], **mwms, **kw)
 
     p3, p3_price = fleet("ml.p3.2xlarge", 1.0, p3_gbps), price["ml.p3.2xlarge"]
     one_gpu = "one V100 per instance, ENA"
@@ -758,8 +774,8 @@ def today_choices(
         Choice("B", "Horovod, ml.p3.2xlarge (source)", p3, p3_price, lines["horovod"], one_gpu, "Horovod: 2023", ec2_usd=ec2["ml.p3.2xlarge"]),
         Choice("C", "SageMaker DeepAR", None, None, None, "built-in algorithm", "another model; not incremental"),
         Choice("D", "Amazon EMR", None, None, None, "a Spark cluster", "still needs B's or E's code"),
-        Choice("E", "MWMS, ml.p3.2xlarge", p3, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"]),
-        Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"], precision=MIXED),
+        Choice("E", "MWMS, ml.p3.2xlarge", p3, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"], pack_bytes=MWMS_PACK_BYTES),
+        Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"], precision=MIXED, pack_bytes=MWMS_PACK_BYTES),
         on("ml.p4d.24xlarge", "G", "one ml.p4d.24xlarge (8 A100)", speedups["A100"], "NVSwitch inside", "no network", only=1),
         on("ml.p5.48xlarge", "H", "one ml.p5.48xlarge (8 H100)", speedups["H100"], "NVSwitch inside", "no network", only=1),
         on("ml.p4d.24xlarge", "I", "ml.p4d.24xlarge over EFA", speedups["A100"], "EFA between", "several instances", at_least=2),

@@ -62,7 +62,8 @@ def parse(
     # SageMaker's own launch (hyperparameters passed as arguments) would have argparse check it.
     for action in parser._actions:
         value = getattr(args, action.dest, None)
-        if action.choices is not None and value is not None and value not in action.choices:
+        values = value if isinstance(value, list) else [value]  # an option with nargs gives a list
+        if action.choices is not None and value is not None and any(v not in action.choices for v in values):
             allowed = ", ".join(repr(c) for c in action.choices)
             parser.error(
                 f"argument {'/'.join(action.option_strings)}: invalid choice: {value!r} (choose from {allowed})"

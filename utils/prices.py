@@ -202,7 +202,8 @@ def price_list_filters(instance_type: str) -> list[dict[str, str]]:
     ]
 
 
-def _training_types() -> set[str]:
+def training_types() -> set[str]:
+    """The ml. types SageMaker accepts for training: TrainingInstanceType in botocore's SageMaker model."""
     import botocore.session
 
     model = botocore.session.get_session().get_service_model("sagemaker")
@@ -257,7 +258,7 @@ def best_price(instance_type: str, env: Mapping[str, str] | None = None, client:
     filed = price(instance_type)  # an unknown type is refused here, before any call
     if not opted_in(env):
         return filed, f"{instance_type}: {filed.label()} from the price file ({ONLINE_FLAG} is not 1: AWS not asked)"
-    if instance_type not in _training_types():
+    if instance_type not in training_types():
         raise ValueError(f"{instance_type} is not a SageMaker training instance type (botocore's model)")
     if client is None:
         from utils import sagemaker_job as sj

@@ -117,7 +117,7 @@ def communication_limit_seconds(steps: float, grad_bytes: float, link_bytes_per_
 #: How `code_change` sorts an added line, tried in this order: (category, pattern searched in the line).
 CHANGE_KINDS = (
     ("demonstration", r"die[-_]|KILLED|SIGKILL|\bsignal\b|self\.epoch|\bdatetime\b"),  # datetime: when it was killed
-    ("precision", r"\bprecision\b|dtype_policy"),  # lesson 06's mixed precision, a hyperparameter
+    ("precision", r"# lesson 06|dtype_policy"),  # lesson 06's mixed precision, a hyperparameter
     ("Horovod", r"\bhvd\b|Horovod"),
     ("SageMaker", r"SageMaker|\bjob\.|\bpaths\.|\bSM_"),
 )
