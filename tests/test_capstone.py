@@ -586,7 +586,8 @@ def test_a_request_on_a_type_the_job_file_lacks_is_validated():
 def test_each_rows_job_runs_as_the_row_assumes_in_mixed_precision_and_with_tensorflows_packs():
     """A row whose size moves with the A100/H100 speed (NVIDIA's mixed-precision figures) must train with
     train_mwms.py's --precision: a job in float32 would run at TF32's speed and miss what it was sized for. The MWMS
-    rows' jobs set packs (--bytes-per-pack) that overlap the backward pass, where TensorFlow's default does not."""
+    rows are sized with TensorFlow's packs, which their jobs set (--bytes-per-pack; the default, one pack, overlaps
+    nothing), and NCCL, which the model assumes (AUTO would leave TensorFlow its own ring)."""
     from utils import prices
 
     types = ("ml.p3.2xlarge", "ml.g6e.12xlarge", "ml.p4d.24xlarge", "ml.p5.48xlarge")
@@ -614,7 +615,15 @@ def test_each_rows_job_runs_as_the_row_assumes_in_mixed_precision_and_with_tenso
     # the MWMS rows' jobs set TensorFlow's packs; one pack (TensorFlow's default) leaves nothing to overlap
     assert {k for k, c in fast.items() if c.pack_bytes} == {"E", "F", "G", "H", "I"}
     assert all(fast[k].pack_bytes == cap.MWMS_PACK_BYTES for k in "EFGHI") and '"--bytes-per-pack"' in script
-    p3 = fast["E"].fleet
-    assert p3.packed(0).step(8)[0] > p3.packed(cap.MWMS_PACK_BYTES).step(8)[0] > p3.step(8)[0] * 0.95
+    mwms, hvd = fast["E"].fleet, fast["B"].fleet  # the same instances: E sized with its packs, B with Horovod's cycle
+    assert mwms.fusion.bytes_per_pack == cap.MWMS_PACK_BYTES and hvd.fusion is None
+    assert mwms.packed(0).step(8)[0] > 1.2 * mwms.step(8)[0] and abs(mwms.step(8)[0] / hvd.step(8)[0] - 1) < 0.05
+    assert fast["B"].job_hyperparameters == {}
+    mixed_mwms = {"precision": cap.MIXED, "bytes-per-pack": cap.MWMS_PACK_BYTES, "collective": "NCCL"}
+    assert fast["G"].job_hyperparameters == mixed_mwms and fast["E"].job_hyperparameters == {
+        "bytes-per-pack": cap.MWMS_PACK_BYTES,
+        "collective": "NCCL",
+    }
+    assert re.search(r'"--collective".*choices=\[[^]]*"NCCL"', script), "the script takes NCCL"
     with pytest.raises(ValueError, match="layers"):
         cap.Fleet("ml.p3.2xlarge", 1e8).packed(0)

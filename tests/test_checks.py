@@ -143,22 +143,30 @@ def test_capstone_workers_by_hand(capsys):
     assert not checks.check_capstone_workers(0, work, cluster)
 
 
-def _row(name, usd, lines):
+def _row(name, usd, lines, instances=4, meets=True):
     from utils import capstone
 
-    return capstone.Option(name, True, 0.9, 4, usd, usd * 0.3, lines, "SageMaker", "")
+    return capstone.Option(name, meets, 0.9, instances, usd, usd * 0.3, lines, "SageMaker", "")
 
 
-def test_capstone_tiebreak_reads_the_differing_column_off_the_tables(capsys):
-    same_cost = [[_row("B. h", 100.0, 60), _row("E. m", 100.0, 30)], [_row("B. h", 50.0, 60), _row("E. m", 50.0, 30)]]
-    assert checks.check_capstone_tiebreak("lines of code", same_cost)
-    assert "B was chosen 0 times" in capsys.readouterr().out
-    assert not checks.check_capstone_tiebreak("$ per day", same_cost)
-    # where B is cheaper in one table, the cost separates them too and B wins that one
-    mixed = same_cost + [[_row("B. h", 40.0, 60), _row("E. m", 50.0, 30)]]
-    assert not checks.check_capstone_tiebreak("lines of code", mixed)
-    assert "B was chosen 1 times" in capsys.readouterr().out
-    assert checks.check_capstone_tiebreak(("$ per day", "lines of code"), mixed)
+def test_capstone_tiebreak_reads_the_deciding_column_off_the_tables(capsys):
+    # E cheaper in one table, B in the other: the cost decides, before the lines
+    by_cost = [[_row("B. h", 100.0, 60), _row("E. m", 90.0, 30)], [_row("B. h", 50.0, 60), _row("E. m", 55.0, 30)]]
+    assert checks.check_capstone_tiebreak("$ per day", by_cost)
+    assert "B the cheaper 1 times, E 1 times" in capsys.readouterr().out
+    assert not checks.check_capstone_tiebreak("lines of code", by_cost)
+    # at the same cost the lines decide; a table where both run on one instance, or neither meets, is not counted
+    alone = [[_row("B. h", 10.0, 60, instances=1), _row("E. m", 20.0, 30, instances=1)]]
+    missed = [[_row("B. h", 10.0, 60, meets=False), _row("E. m", 20.0, 30, meets=False)]]
+    same = [[_row("B. h", 100.0, 60), _row("E. m", 100.0, 30)]]
+    assert checks.check_capstone_tiebreak("lines of code", same + alone + missed)
+    assert "over 1 of 3 tables" in capsys.readouterr().out
+    assert checks.check_capstone_tiebreak(("$ per day", "lines of code"), by_cost + same)
+    # one that meets the deadline where the other does not: that decides first
+    assert checks.check_capstone_tiebreak(
+        "meets the hour", [[_row("B. h", 100.0, 60), _row("E. m", 90.0, 30, meets=False)]]
+    )
+    assert not checks.check_capstone_tiebreak(None, by_cost)
 
 
 def test_warm_fraction_alone_by_hand(capsys):

@@ -595,6 +595,15 @@ class Choice:
     precision: str = "float32"  # the policy its job trains with (train_mwms.py's --precision)
     pack_bytes: int | None = None  # MWMS rows: the packs its job allreduces (train_mwms.py's --bytes-per-pack)
 
+    @property
+    def job_hyperparameters(self) -> dict[str, object]:
+        """What its job must be given to run as the row is sized (train_mwms.py's options): its precision where mixed;
+        for an MWMS row, its packs and NCCL (AUTO would leave TensorFlow its own ring, not NCCL's that the model has)."""
+        out: dict[str, object] = {} if self.precision == "float32" else {"precision": self.precision}
+        if self.pack_bytes is not None:
+            out |= {"bytes-per-pack": self.pack_bytes, "collective": "NCCL"}
+        return out
+
 
 def option_rows(
     work: Workload, choices: list[Choice], spot_fraction: float, ratio: float | None = None
@@ -729,9 +738,10 @@ def request_on_type(config, aws, instance_type: str) -> dict:
 #: The mixed-precision policy of the rows sized with NVIDIA's mixed-precision figures (train_mwms.py's --precision):
 #: bfloat16, which A100s and H100s compute at float16's tensor-core rate and which needs no loss scaling.
 MIXED = "mixed_bfloat16"
-#: The packs the MWMS rows' jobs allreduce (train_mwms.py's --bytes-per-pack; TensorFlow's default, 0, is one pack of
-#: every gradient, sent once the backward pass has ended). Lesson 08 compares pack sizes in the course's model: 4 MiB
-#: packs of ResNet-50's gradients come near Horovod's cycle, which sizes the rows; one pack is far slower.
+#: The packs the MWMS rows' jobs allreduce and are sized with (train_mwms.py's --bytes-per-pack). TensorFlow's default,
+#: 0, is one pack of every gradient, sent once the backward pass has ended: in lesson 08's model, at the one-GPU
+#: machines' link, far slower than 4 MiB packs, which come near Horovod's cycle; inside one 8-GPU instance the packs
+#: barely matter.
 MWMS_PACK_BYTES = 4 * 2**20
 
 
@@ -751,9 +761,9 @@ def today_choices(
     the MWMS script's lines for lesson 06's mixed precision; `p3_gbps`: the one-GPU machines' link; `layers`: the
     job's layers (Fleet.layers_of), for the per-layer overlap. Inside one instance the MWMS script mirrors over all
     its GPUs. The rows sized with a mixed-precision speed (A, G, H, I) train with MIXED, and so would F (no L40S figure
-    sizes it); B and E, sized from the V100's float32 step, train in float32. Every row with a fleet is sized with
-    Horovod's cycle (allreduce_model.HOROVOD_NOW); the MWMS rows' jobs (E to I) allreduce TensorFlow's packs of
-    MWMS_PACK_BYTES, which lesson 08 compares with it (allreduce_model.Packs)."""
+    sizes it); B and E, sized from the V100's float32 step, train in float32. B is sized with Horovod's cycle
+    (allreduce_model.HOROVOD_NOW), the MWMS rows (E to I) with TensorFlow's packs of MWMS_PACK_BYTES
+    (allreduce_model.Packs), which their jobs set (Choice.job_hyperparameters)."""
     from utils import prices
 
     ec2 = {t: prices.ec2_price(t.removeprefix("ml.")).usd_per_hour for t in price}
@@ -765,16 +775,18 @@ def today_choices(
 
     def on(t: str, key: str, name: str, x: float, infra: str, risks: str, **kw) -> Choice:
         mwms = {"precision": MIXED, "pack_bytes": MWMS_PACK_BYTES}
-        return Choice(key, name, fleet(t, x), price[t], mixed, infra, risks, ec2_usd=ec2[t], **mwms, **kw)
+        packed = fleet(t, x).packed(MWMS_PACK_BYTES) if layers else fleet(t, x)
+        return Choice(key, name, packed, price[t], mixed, infra, risks, ec2_usd=ec2[t], **mwms, **kw)
 
     p3, p3_price = fleet("ml.p3.2xlarge", 1.0, p3_gbps), price["ml.p3.2xlarge"]
+    p3_mwms = p3.packed(MWMS_PACK_BYTES) if layers else p3
     one_gpu = "one V100 per instance, ENA"
     return [
         Choice("A", "one faster GPU (A100, mixed)", None, None, lines["precision"], "a new type", "no 1-GPU A100", speedup=speedups["A100"], precision=MIXED),
         Choice("B", "Horovod, ml.p3.2xlarge (source)", p3, p3_price, lines["horovod"], one_gpu, "Horovod: 2023", ec2_usd=ec2["ml.p3.2xlarge"]),
         Choice("C", "SageMaker DeepAR", None, None, None, "built-in algorithm", "another model; not incremental"),
         Choice("D", "Amazon EMR", None, None, None, "a Spark cluster", "still needs B's or E's code"),
-        Choice("E", "MWMS, ml.p3.2xlarge", p3, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"], pack_bytes=MWMS_PACK_BYTES),
+        Choice("E", "MWMS, ml.p3.2xlarge", p3_mwms, p3_price, lines["mwms"], one_gpu, "Keras 3 fit fails under MWMS", ec2_usd=ec2["ml.p3.2xlarge"], pack_bytes=MWMS_PACK_BYTES),
         Choice("F", "one ml.g6e.12xlarge (4 L40S)", None, price["ml.g6e.12xlarge"], mixed, "PCIe inside", f"no L40S figure; needs x{need:.1f} a GPU", ec2_usd=ec2["ml.g6e.12xlarge"], precision=MIXED, pack_bytes=MWMS_PACK_BYTES),
         on("ml.p4d.24xlarge", "G", "one ml.p4d.24xlarge (8 A100)", speedups["A100"], "NVSwitch inside", "no network", only=1),
         on("ml.p5.48xlarge", "H", "one ml.p5.48xlarge (8 H100)", speedups["H100"], "NVSwitch inside", "no network", only=1),

@@ -804,33 +804,44 @@ OPTION_COLUMNS = {
 }
 
 
+#: The rule's columns, in the order it reads them: meets the hour, then the cheapest, then the fewest lines.
+RULE_COLUMNS = ("meets the hour", "$ per day", "lines of code")
+
+
 def check_capstone_tiebreak(answer: str | None, tables: list[list[Any]]) -> bool:
-    """Exercise (lesson 08): the column that separates B from E, judged on every table of a grid of inputs.
+    """Exercise (lesson 08): the column of the rule that decides between B and E, judged on every table of a grid of
+    inputs where one of them meets the deadline and one needs more than one instance (on one, no allreduce runs and
+    their steps are the same).
 
-    The expected answer is read off the tables: the columns in which B's and E's rows ever differ.
+    The expected answer is read off the tables: for each, the first of RULE_COLUMNS in which B's and E's rows differ.
     """
-    name = "what separates B from E"
+    name = "what decides between B and E"
     if answer is None:
-        print(f"[{name}] not answered yet: replace None with one of {list(OPTION_COLUMNS)}.")
+        print(f"[{name}] not answered yet: replace None with one of {list(RULE_COLUMNS)}.")
         return False
-    from utils import capstone
-
-    differ, b_chosen, decided = set(), 0, 0
+    deciding, cheaper, used = set(), {"B": 0, "E": 0}, 0
     for options in tables:
         b = next(o for o in options if o.name.startswith("B"))
         e = next(o for o in options if o.name.startswith("E"))
-        differ |= {col for col, attr in OPTION_COLUMNS.items() if getattr(b, attr) != getattr(e, attr)}
-        try:
-            b_chosen += capstone.decide(options).option is b
-            decided += 1
-        except ValueError:  # no option meets that deadline
-            pass
+        if not (b.meets_deadline or e.meets_deadline) or max(b.instances or 1, e.instances or 1) <= 1:
+            continue
+        used += 1
+        first = next((c for c in RULE_COLUMNS if getattr(b, OPTION_COLUMNS[c]) != getattr(e, OPTION_COLUMNS[c])), None)
+        deciding.add(first or "nothing")
+        if first == "$ per day":
+            cheaper["B" if b.usd_per_day < e.usd_per_day else "E"] += 1
     print(
-        f"[{name}] over {len(tables)} tables ({decided} with a choice), B's and E's rows differ in: "
-        f"{', '.join(sorted(differ)) or 'nothing'}; B was chosen {b_chosen} times"
+        f"[{name}] over {used} of {len(tables)} tables (one of them meets the deadline, on more than one instance): "
+        f"decided by {', '.join(sorted(deciding)) or 'nothing'}; B the cheaper {cheaper['B']} times, "
+        f"E {cheaper['E']} times"
     )
-    expected = next(iter(differ)) if len(differ) == 1 else tuple(sorted(differ))
-    return report(name, answer, expected, hint="compare B's and E's rows: which column is ever different?")
+    expected = next(iter(deciding)) if len(deciding) == 1 else tuple(sorted(deciding))
+    return report(
+        name,
+        answer,
+        expected,
+        hint="compare B's and E's rows column by column, in the rule's order: where do they differ first?",
+    )
 
 
 def check_warm_fraction_alone(answer: float | None, work: Any) -> bool:
