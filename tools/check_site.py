@@ -48,7 +48,8 @@ CHROMIUM_FLAGS = [
 ]
 SIZES = {"desktop": (1366, 768), "phone": (390, 844)}
 #: How long one browser step may take. Playwright's default is 30 s: in CI this check shares two cores with the
-#: JupyterLab check and the lessons run without root, and a full-page screenshot of lesson 03 took longer than that.
+#: JupyterLab check and the lessons run without root, and a full-page screenshot of lesson 03 failed there
+#: (2026-12-01; the error's last line was cut from the log: most likely that limit).
 PAGE_TIMEOUT_MS = 180_000
 JPEG_MAX_PX = 65_500  # a JPEG is at most 65,535 pixels high
 #: The longest core path a lesson page may have (the page without its deep dives), in screens of each size. On a

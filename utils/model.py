@@ -119,11 +119,10 @@ def train_forecaster(
 
 
 def mse_per_example(y, pred):
-    """Mean squared error of each example (averaged over the horizon), as a TensorFlow tensor, in the targets' dtype:
-    a model whose layers compute in bfloat16 (lesson 06's mixed policy) has its loss computed in float32."""
+    """Mean squared error of each example (averaged over the horizon), as a TensorFlow tensor."""
     import tensorflow as tf
 
-    return tf.reduce_mean(tf.square(y - tf.cast(pred, y.dtype)), axis=-1)
+    return tf.reduce_mean(tf.square(y - pred), axis=-1)
 
 
 @dataclass
