@@ -816,7 +816,9 @@ def test_warm_pool_retries_and_infra_check_reach_the_request_and_the_guard_count
     assert request["InfraCheckConfig"] == {"EnableInfraCheck": True}
     rate = sj.price("ml.g5.2xlarge")
     assert sj.estimate(request).worst_case_usd == pytest.approx(2 * (1 + 0.5) * rate)  # the pool is billed
-    for bad in ({"keep_alive_minutes": 61}, {"retries": 31}, {"retries": -1}):
+    # the API's own limit (botocore's model: 21600 s since December 2025), not the developer guide's 3600 s
+    assert sj.JobConfig(keep_alive_minutes=360).keep_alive_minutes == 360
+    for bad in ({"keep_alive_minutes": 361}, {"retries": 31}, {"retries": -1}):
         with pytest.raises(ValueError, match="whole number from 0 to"):
             sj.JobConfig(**bad)
 

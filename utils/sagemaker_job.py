@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import json
 import math
 import os
@@ -187,7 +188,10 @@ class JobConfig:
             value = self.hyperparameters.get(name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
-        for name, value, top in (("keep_alive_minutes", self.keep_alive_minutes, 60), ("retries", self.retries, 30)):
+        for name, value, top in (
+            ("keep_alive_minutes", self.keep_alive_minutes, keep_alive_max_minutes()),
+            ("retries", self.retries, 30),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
                 raise ValueError(f"{name} must be a whole number from 0 to {top}, got {value!r}")
         price(self.instance_type, region=self.region)  # an unknown type or region fails here, naming the price file
@@ -712,6 +716,17 @@ def request_for(config: JobConfig, aws: OfflineAWS, *, data_uri: str | None = No
     if len(aws.requests) != before + 1:
         raise RuntimeError("the SDK sent no CreateTrainingJob request: was the job built inside offline_aws()?")
     return copy.deepcopy(aws.requests[-1])
+
+
+@functools.cache
+def keep_alive_max_minutes() -> int:
+    """The longest warm pool the API accepts, in minutes: the maximum of ResourceConfig.KeepAlivePeriodInSeconds in
+    botocore's SageMaker service model. It was 3600 s until December 2025 and is 21600 s since (botocore 1.42.12);
+    the developer guide's page on managed warm pools still says 3600 s. The request is checked as the API checks it."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return int(model.shape_for("KeepAlivePeriodInSeconds").metadata["max"]) // 60
 
 
 def validate(request: Mapping[str, Any], operation: str = "CreateTrainingJob", service: str = "sagemaker") -> None:
