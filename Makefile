@@ -93,8 +93,9 @@ wheelhouse: env
 	@bash tools/wheelhouse.sh $(CURDIR)/wheelhouse
 
 # A SageMaker notebook instance's set-up (no root, no apt-get), replayed here as an unprivileged user; not part of
-# `make test`. Uncached, it compiles Horovod and SimGrid (docs/notebook_instance.md gives its times); CI runs it with
-# NOROOT_CACHED_ONLY=1, which compiles neither and says NOT CHECKED where the user's builds are not cached.
+# `make test`. Uncached, it compiles Horovod and SimGrid (docs/notebook_instance.md gives its times); CI runs it
+# beside make test with NOROOT_SETUP_NICE=19, so that those compiles take only the CPU make test leaves idle
+# (NOROOT_CACHED_ONLY=1 compiles neither and says NOT CHECKED where the user's builds are not cached).
 noroot-check:
 	@bash tools/noroot_check.sh
 

@@ -44,8 +44,9 @@ def test_nothing_is_said_when_the_tools_are_on_path_or_not_in_the_environment(mo
 
 
 def test_a_cached_only_set_up_compiles_no_simgrid_where_none_is_cached(tmp_path):
-    """CI's check without root (NOROOT_CACHED_ONLY=1) must not start SimGrid's long compile: with no cached build,
-    build_simgrid.sh says so in one line and stops with status 75, the status the set-up and the check pass on."""
+    """A check without root asked for cached builds only (NOROOT_CACHED_ONLY=1) must not start SimGrid's long
+    compile: with no cached build, build_simgrid.sh says so in one line and stops with status 75, the status the
+    set-up and the check pass on."""
     import os
     import subprocess
 

@@ -18,9 +18,10 @@
 # NOROOT_LESSONS_AFTER=FILE (with NOROOT_WAIT_PID, CI's process) holds the lessons until FILE has make test's exit
 # status, and stops the check at once if that is not 0 or CI's process has ended: CI sets the user up while make
 # test runs.
-# NOROOT_CACHED_ONLY=1 (CI sets it) compiles neither Horovod nor SimGrid: where the user's caches lack either build
-# (a new machine, or a changed build recipe), the check says so in one line and stops with status 0, since the two
-# compiles would run past CI's time; one `make noroot-check` on that machine fills the caches.
+# NOROOT_SETUP_NICE=N (CI sets 19) runs the set-up at that niceness: on a new machine its two compiles (Horovod against
+# PyPI's Open MPI, SimGrid's SMPI) then take only the CPU that make test, started beside it, leaves idle.
+# NOROOT_CACHED_ONLY=1 compiles neither Horovod nor SimGrid: where the user's caches lack either build (a new
+# machine, or a changed build recipe), the check says so in one line and stops with status 0.
 # Uncached (a new machine: every package downloaded, Horovod and SimGrid compiled) it takes far longer than a
 # cached run: docs/notebook_instance.md gives both, measured here.
 set -euo pipefail
@@ -140,7 +141,9 @@ PY
 status=0
 cached_only=""
 [ -z "${NOROOT_CACHED_ONLY:-}" ] || [ "$NOROOT_CACHED_ONLY" = 0 ] || cached_only=1  # 1, true, yes: all mean it
-timed "set-up, first run" "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 COURSE_CACHED_ONLY="$cached_only" \
+niced=()  # the set-up at a lower priority, where asked (NOROOT_SETUP_NICE): runuser and all it starts inherit it
+[ -z "${NOROOT_SETUP_NICE:-}" ] || niced=(nice -n "$NOROOT_SETUP_NICE")
+timed "set-up, first run" ${niced[@]+"${niced[@]}"} "${AS[@]}" env COURSE_REQUIRE_HOROVOD=1 COURSE_CACHED_ONLY="$cached_only" \
   bash tools/setup_env.sh || status=$?
 if [ "$status" = 75 ]; then
   say "NOT CHECKED: Horovod's or SimGrid's build is not cached for $user on this machine (above), and" \
