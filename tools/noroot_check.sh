@@ -71,7 +71,9 @@ if [ -n "${NOROOT_LESSONS_AFTER:-}" ]; then
         kill -TERM "$check_pid"
         exit 0
       fi
-      sleep 2
+      # the clean-up stops this watcher and its sleep: the braces keep bash's note of a killed sleep ("Terminated")
+      # out of the check's output
+      { sleep 2; } 2>/dev/null
     done
   ) &
 fi
