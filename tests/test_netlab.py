@@ -190,12 +190,14 @@ def test_nothing_is_left_when_the_parent_is_killed():
         info = json.loads(parent.stdout.readline())
         pids = [info["holder"], *info["hosts"], info["sleeper"]]
         assert all(psutil.pid_exists(p) for p in pids)
+        procs = [psutil.Process(p) for p in pids]  # handles: a PID reused later is not taken for one of these
         mine = os.stat("/proc/self/ns/net").st_ino
         # it really runs inside a host (once nsenter has entered it)
         assert not until(lambda: os.stat(f"/proc/{info['sleeper']}/ns/net").st_ino == mine)
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-        left = until(lambda: [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != "zombie"])
+        # processes.alive: one that ends between a look at its PID and one at its status is gone, not an error
+        left = until(lambda: [p.pid for p in procs if processes.alive(p)])
         assert not left, f"processes of the lab still running: {left}"
         assert not until(lambda: Path(info["folder"]).exists()), f"the lab's folder {info['folder']} is left behind"
     finally:
